@@ -1,0 +1,39 @@
+# TensorKiln: `make demo` runs the operator on the local cluster; `make test` runs every test.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TK     := $(VENV)/bin/tensorkiln
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test unit integration crds down
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip==25.3
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+## demo: build/reuse the cluster binaries, start cluster + operator, apply the samples, show the result
+demo: venv
+	$(TK) cluster up
+	$(TK) operator start
+	eval "$$($(TK) cluster env)" && kubectl apply --server-side -f manifests/samples/
+	$(TK) wait --timeout 300
+	eval "$$($(TK) cluster env)" && kubectl get im,cjob,jobs,pods -o wide
+
+## test: unit tests, then integration tests against the local cluster (started if needed)
+test: unit integration
+
+unit: venv
+	$(PY) -m pytest tests/unit -q
+
+integration: venv
+	$(TK) cluster up
+	$(PY) -m pytest tests/integration -q
+
+crds: venv
+	$(TK) crds
+
+down: venv
+	$(TK) cluster down

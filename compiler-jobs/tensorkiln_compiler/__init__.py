@@ -1,0 +1,1 @@
+"""Runs inside a CompileJob pod: compile, validate, benchmark and publish engines."""

@@ -1,0 +1,68 @@
+"""Benchmark: apply N InferenceModels at once and time until every compile pod is scheduled.
+
+Runs against the local cluster with the operator running (`make demo` leaves both up, or
+`tensorkiln cluster up && tensorkiln operator start`). The GPU nodes are simulated by kwok, so
+this measures the control plane and the operator (API writes, kube-scheduler placement), not
+any compile work. Usage: .venv/bin/python e2e/bench_scheduling.py [--models 100]
+"""
+
+import argparse
+import copy
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from tensorkiln import kube
+from tensorkiln.api import GROUP, VERSION
+from tensorkiln.builders.labels import COMPILE_JOB
+from tensorkiln.hardware.classes import GPU_PRODUCT
+from tensorkiln.localcluster import paths
+
+SAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "samples" / "resnet50-gpu.yaml"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        products = {n.metadata.labels[GPU_PRODUCT] for n in core.list_node().items if GPU_PRODUCT in (n.metadata.labels or {})}
+        expected = args.models * len(products)
+        namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        template = yaml.safe_load(SAMPLE.read_text())
+        try:
+            start = time.monotonic()
+            for i in range(args.models):
+                body = copy.deepcopy(template)
+                body["metadata"] = {"name": f"model-{i:03d}", "namespace": namespace}
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", body)
+            applied = time.monotonic() - start
+            scheduled, marks = 0, {}
+            while scheduled < expected:
+                if time.monotonic() - start > args.timeout:
+                    raise SystemExit(f"timeout: {scheduled}/{expected} compile pods scheduled")
+                pods = core.list_namespaced_pod(namespace, label_selector=COMPILE_JOB).items
+                scheduled = sum(1 for p in pods if p.spec.node_name)
+                for fraction in (0.5, 0.9):
+                    if scheduled >= fraction * expected and fraction not in marks:
+                        marks[fraction] = time.monotonic() - start
+                time.sleep(0.5)
+            total = time.monotonic() - start
+            print(f"models: {args.models}  GPU products: {len(products)}  compile pods: {expected}")
+            print(f"all {args.models} InferenceModels created in {applied:.1f}s")
+            print(f"50% of compile pods scheduled after {marks[0.5]:.1f}s, 90% after {marks[0.9]:.1f}s")
+            print(f"every compile pod scheduled {total:.1f}s after the first apply "
+                  f"({expected / total:.1f} pods/s end to end)")
+        finally:
+            core.delete_namespace(namespace)
+
+
+if __name__ == "__main__":
+    main()

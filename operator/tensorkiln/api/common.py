@@ -1,0 +1,541 @@
+"""Shared building blocks of the tensorkiln.dev/v1alpha1 API.
+
+The pydantic models of this package are the single source of truth for the API:
+`crdgen` renders them into CustomResourceDefinitions. Every cross-field invariant
+is a `Rule` that carries both its CEL expression (enforced by the apiserver) and a
+Python mirror (enforced by model validation), so the two cannot drift apart.
+
+Enums are `StrEnum`s: members compare equal to their wire strings
+(`HardwareKind.GPU == "GPU"`), and `model_dump(mode="json")` emits plain strings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Callable, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+GROUP = "tensorkiln.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Go RE2 (apiserver) and Rust regex (pydantic) both accept these patterns.
+MODEL_URI_PATTERN = (
+    r"^(file:///\S+"
+    r"|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+"
+    r"|https://[A-Za-z0-9.-]+(:[0-9]+)?/\S*"
+    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/\S+)$"
+)
+SHA256_PATTERN = r"^[a-f0-9]{64}$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+# metav1.Condition's own constraints, so conditions stay kubectl/kstatus friendly.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500m, 2Gi or 1")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_check_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+]
+"""A Kubernetes resource quantity (`2`, `500m`, `16Gi`)."""
+
+IntOrString = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+"""An integer or a string, like Kubernetes' intstr.IntOrString."""
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """Schema extra for a list whose items are unique by `keys` (an SSA-mergeable list-map)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field invariant, rendered as an `x-kubernetes-validations` entry.
+
+    `field` is the path, relative to the object that declares the rule, that the
+    error is reported at (CEL `fieldPath`); the message always starts with it, so
+    both the apiserver error (`spec.shapes.batch.min: ... min must be <= opt`) and
+    the pydantic error name the offending field. `check` mirrors `cel` in Python.
+    Fields with a schema default are always present when CEL runs (defaulting
+    happens first), so rules only guard optional fields with `has()`.
+    """
+
+    field: str
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    reason: str | None = None  # apiserver's field error type; FieldValueInvalid when None
+
+    @property
+    def full_message(self) -> str:
+        return f"{self.field} {self.message}"
+
+    def to_schema(self) -> dict[str, str]:
+        out = {"rule": self.cel, "message": self.full_message, "fieldPath": f".{self.field}"}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def _schema_extra(schema: dict[str, Any], cls: type[KubeModel]) -> None:
+    if cls.cel_rules:
+        schema["x-kubernetes-validations"] = [rule.to_schema() for rule in cls.cel_rules]
+
+
+class KubeModel(BaseModel):
+    """Base of all API models: camelCase on the wire, CEL rules mirrored in Python."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, json_schema_extra=_schema_extra
+    )
+    cel_rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_invariants(self) -> KubeModel:
+        # Mirror the apiserver's list-map/list-set uniqueness, then the CEL rules.
+        for name, info in type(self).model_fields.items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            if extra.get("x-kubernetes-list-type") not in ("map", "set"):
+                continue
+            keys = extra.get("x-kubernetes-list-map-keys")
+            seen: set[Any] = set()
+            for item in getattr(self, name) or ():
+                key = (
+                    ", ".join(f"{k}={getattr(item, _field_name(type(item), k))}" for k in keys)
+                    if keys
+                    else str(item)
+                )
+                if key in seen:
+                    alias = info.alias or name
+                    raise _invariant_error(alias, f"{alias} has duplicate entries for {key}")
+                seen.add(key)
+        for rule in self.cel_rules:
+            if not rule.check(self):
+                raise _invariant_error(rule.field, rule.full_message)
+        return self
+
+
+def _invariant_error(field: str, message: str) -> PydanticCustomError:
+    # ctx["field"] extends the error's loc to the field named, as CEL's fieldPath does.
+    return PydanticCustomError("invariant", "{message}", {"field": field, "message": message})
+
+
+def field_errors(error: ValidationError, root: str = "spec") -> list[str]:
+    """Render pydantic errors with apiserver-style paths: `spec.shapes.batch.min: min must be <= opt`."""
+    rendered = []
+    for e in error.errors():
+        path = root
+        for part in [*e["loc"], *filter(None, [(e.get("ctx") or {}).get("field")])]:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        rendered.append(f"{path}: {e['msg']}")
+    return rendered
+
+
+def _field_name(model: type[BaseModel], alias: str) -> str:
+    return next(n for n, f in model.model_fields.items() if (f.alias or n) == alias)
+
+
+class SpecModel(KubeModel):
+    """Base of desired-state models: unknown fields are errors, as with strict field validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelFormat(StrEnum):
+    """Serialization format of the source model."""
+
+    ONNX = "onnx"
+
+
+class Precision(StrEnum):
+    """Numeric precision an engine is built for."""
+
+    FP32 = "FP32"
+    FP16 = "FP16"
+    BF16 = "BF16"
+    INT8 = "INT8"
+
+
+class Compiler(StrEnum):
+    """Engine compiler."""
+
+    TENSORRT = "TensorRT"
+    ONNX_RUNTIME = "OnnxRuntime"
+    OPENVINO = "OpenVINO"
+
+
+class HardwareKind(StrEnum):
+    """Kind of accelerator a hardware class provides."""
+
+    GPU = "GPU"
+    CPU = "CPU"
+
+
+class OptimizationMetric(StrEnum):
+    """What the compiler optimizes for when it picks among candidate engines."""
+
+    LATENCY_P95 = "LatencyP95"
+    THROUGHPUT = "Throughput"
+
+
+class CompileJobPhase(StrEnum):
+    """Lifecycle phase of a CompileJob."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    """Taint effect a toleration matches."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class ModelSource(SpecModel):
+    """Where the model is fetched from, and how to verify it."""
+
+    uri: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=MODEL_URI_PATTERN,
+        description=(
+            "Location of the model file. One of file:///absolute/path (a path on the node), "
+            "s3://bucket/key, https://host/path, or pvc://claim-name/path (a file on a "
+            "PersistentVolumeClaim in the same namespace)."
+        ),
+    )
+    format: ModelFormat = Field(ModelFormat.ONNX, description="Format of the model file.")
+    sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        description=(
+            "Expected SHA-256 of the model file, as 64 lowercase hex digits. When set, a "
+            "download with a different digest fails the compile; the digest is also part of "
+            "the engine cache key. When unset, the digest is computed after download."
+        ),
+    )
+
+
+# min <= opt <= max, shared by the batch and the dynamic-dimension ranges.
+_ORDERED_RANGE = (
+    Rule("min", "self.min <= self.opt", "must be <= opt", lambda r: r.min <= r.opt),
+    Rule("opt", "self.opt <= self.max", "must be <= max", lambda r: r.opt <= r.max),
+)
+
+
+class BatchRange(SpecModel):
+    """Batch sizes the engine's optimization profile covers: min <= opt <= max."""
+
+    cel_rules = _ORDERED_RANGE
+
+    min: int = Field(1, ge=1, description="Smallest batch size the engine accepts.")
+    opt: int = Field(
+        8, ge=1, description="Batch size the engine is tuned for (TensorRT's kOPT profile shape)."
+    )
+    max: int = Field(
+        32,
+        ge=1,
+        description="Largest batch size the engine accepts; bounds serving.maxBatchSize.",
+    )
+
+
+class DynamicDim(SpecModel):
+    """Range of a dynamic (-1) non-batch input dimension, such as sequence length: min <= opt <= max."""
+
+    cel_rules = _ORDERED_RANGE
+
+    input: str = Field(
+        min_length=1, max_length=256, description="Name of the model input the dimension belongs to."
+    )
+    axis: int = Field(
+        ge=0,
+        le=7,
+        description="Index of the dimension in the input's full ONNX shape (batch axis included), 0-based.",
+    )
+    min: int = Field(ge=1, description="Smallest size of the dimension the engine accepts.")
+    opt: int = Field(ge=1, description="Size of the dimension the engine is tuned for.")
+    max: int = Field(ge=1, description="Largest size of the dimension the engine accepts.")
+
+
+class Shapes(SpecModel):
+    """Input shapes the compiled engines must accept (their optimization profile)."""
+
+    batch: BatchRange = Field(
+        default_factory=BatchRange, description="Batch sizes the engines accept."
+    )
+    dynamic_dims: list[DynamicDim] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra=list_map("input", "axis"),
+        description=(
+            "Ranges for dynamic non-batch dimensions, one entry per (input, axis). Every "
+            "dynamic dimension other than the batch axis needs an entry."
+        ),
+    )
+
+
+class Toleration(SpecModel):
+    """A Kubernetes toleration, copied verbatim into compiler and server pods."""
+
+    key: str | None = Field(
+        None, max_length=316, description="Taint key to match. Empty with operator Exists matches all taints."
+    )
+    operator: TolerationOperator = Field(
+        TolerationOperator.EQUAL, description="Exists matches any value; Equal matches `value`."
+    )
+    value: str | None = Field(
+        None, max_length=63, description="Taint value to match when operator is Equal."
+    )
+    effect: TaintEffect | None = Field(
+        None, description="Taint effect to match. Unset matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        None,
+        description=(
+            "For effect NoExecute: seconds the pod stays bound after the taint appears. "
+            "Unset tolerates forever."
+        ),
+    )
+
+
+class ResourceRequirements(SpecModel):
+    """Compute resources of a container, as in a Pod spec."""
+
+    requests: dict[str, Quantity] | None = Field(
+        None, description="Minimum resources the scheduler reserves, by resource name (cpu, memory, ...)."
+    )
+    limits: dict[str, Quantity] | None = Field(
+        None, description="Maximum resources the container may use, by resource name."
+    )
+
+
+class Calibration(SpecModel):
+    """Calibration data for INT8 engines."""
+
+    dataset_uri: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=MODEL_URI_PATTERN,
+        description=(
+            "Location of the calibration dataset, with the same schemes as source.uri: "
+            "an .npz file with one array per model input, first axis the sample index."
+        ),
+    )
+    samples: int = Field(
+        256, ge=1, le=100000, description="Number of samples fed to the INT8 calibrator."
+    )
+
+
+class AccuracyTolerance(SpecModel):
+    """How far a compiled engine's outputs may drift from the ONNX reference before it is rejected."""
+
+    max_abs_error: float = Field(
+        0.05, ge=0, description="Largest allowed absolute difference of any output element."
+    )
+    max_rel_error: float = Field(
+        0.05, ge=0, description="Largest allowed relative difference of any output element (0.05 = 5%)."
+    )
+    min_cosine_similarity: float = Field(
+        0.99,
+        ge=0,
+        le=1,
+        description="Smallest allowed cosine similarity between engine and reference outputs, per output.",
+    )
+    min_top1_agreement: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "For classifiers: smallest allowed fraction of samples whose arg-max class matches the "
+            "reference. Unset disables the check."
+        ),
+    )
+
+
+class Objective(SpecModel):
+    """What the compiler benchmarks candidate engines on to pick the best one."""
+
+    cel_rules = (
+        Rule(
+            "latencyBudgetMilliseconds",
+            "self.metric != 'Throughput' || has(self.latencyBudgetMilliseconds)",
+            "is required when metric is Throughput",
+            lambda o: o.metric != OptimizationMetric.THROUGHPUT or o.latency_budget_milliseconds is not None,
+            reason="FieldValueRequired",
+        ),
+    )
+
+    metric: OptimizationMetric = Field(
+        OptimizationMetric.LATENCY_P95,
+        description=(
+            "LatencyP95 picks the engine with the lowest 95th percentile latency; Throughput picks "
+            "the highest inferences per second whose p95 latency stays within latencyBudgetMilliseconds."
+        ),
+    )
+    batch_size: int = Field(
+        1, ge=1, description="Batch size the candidates are benchmarked at; within shapes.batch."
+    )
+    latency_budget_milliseconds: float | None = Field(
+        None,
+        gt=0,
+        description="p95 latency ceiling in milliseconds for metric Throughput. Required for Throughput.",
+    )
+
+
+class EngineRef(KubeModel):
+    """A compiled engine in the engine registry."""
+
+    digest: str = Field(
+        pattern=SHA256_PATTERN, description="SHA-256 of the engine artifact, 64 lowercase hex digits."
+    )
+    uri: str = Field(
+        min_length=1, max_length=2048, description="Location of the engine artifact in the registry."
+    )
+
+
+class Condition(KubeModel):
+    """One aspect of the object's current state, following Kubernetes API conventions (metav1.Condition)."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=CONDITION_TYPE_PATTERN,
+        description="Type of the condition in CamelCase, such as Ready.",
+    )
+    status: ConditionStatus = Field(description="Whether the condition holds: True, False or Unknown.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=CONDITION_REASON_PATTERN,
+        description="Machine-readable CamelCase reason for the condition's last transition.",
+    )
+    message: str = Field(
+        "", max_length=32768, description="Human-readable details about the transition."
+    )
+    last_transition_time: datetime = Field(
+        description="When the condition last changed status (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the condition was computed from."
+    )
+
+
+def set_condition(
+    conditions: list[Condition],
+    type: str,
+    status: ConditionStatus | str,
+    reason: str,
+    message: str,
+    observed_generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """Return a copy of `conditions` with condition `type` set (appended if absent).
+
+    lastTransitionTime only moves when the status changes, so it tells when the
+    condition last flipped rather than when a controller last looked.
+    """
+    status = ConditionStatus(status)
+    previous = next((c for c in conditions if c.type == type), None)
+    since = (
+        previous.last_transition_time
+        if previous is not None and previous.status == status
+        else now.replace(microsecond=0)  # metav1.Time has second precision
+    )
+    updated = Condition(
+        type=type,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=observed_generation,
+        last_transition_time=since,
+    )
+    if previous is None:
+        return [*conditions, updated]
+    return [updated if c.type == type else c for c in conditions]
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """A `kubectl get` column (CRD additionalPrinterColumns)."""
+
+    name: str
+    type: str
+    json_path: str
+    description: str
+    priority: int = 0  # 1: only shown with -o wide
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """Everything crdgen needs to render one kind's CustomResourceDefinition."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    description: str
+    spec: type[SpecModel]
+    status: type[KubeModel]
+    printer_columns: tuple[PrinterColumn, ...]
+    categories: tuple[str, ...] = ("tensorkiln",)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+AGE_COLUMN = PrinterColumn(
+    "Age", "date", ".metadata.creationTimestamp", "Time since the object was created."
+)

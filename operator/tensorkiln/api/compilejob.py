@@ -1,0 +1,193 @@
+"""CompileJob: one engine build for one hardware class.
+
+Written by the operator, read by the compiler pod.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import Field, WithJsonSchema
+
+from .common import (
+    AGE_COLUMN,
+    DNS_LABEL_PATTERN,
+    LIST_SET,
+    SHA256_PATTERN,
+    AccuracyTolerance,
+    Calibration,
+    CompileJobPhase,
+    Compiler,
+    Condition,
+    CustomResource,
+    EngineRef,
+    HardwareKind,
+    KubeModel,
+    ModelSource,
+    Objective,
+    Precision,
+    PrinterColumn,
+    ResourceRequirements,
+    Shapes,
+    SpecModel,
+    Toleration,
+    list_map,
+)
+
+REGISTRY_URI_PATTERN = r"^(file:///\S+|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+
+# A core/v1 NodeAffinity, passed through to the compiler pod untouched.
+NodeAffinity = Annotated[
+    dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+]
+
+
+class RegistryDestination(SpecModel):
+    """Where compiled engines are stored."""
+
+    uri: str = Field(
+        max_length=2048,
+        pattern=REGISTRY_URI_PATTERN,
+        description=(
+            "Root of the engine registry: file:///var/lib/tensorkiln/registry (a host path) "
+            "or s3://bucket/prefix."
+        ),
+    )
+
+
+class HardwareTarget(SpecModel):
+    """The hardware class to compile for, and how to place the compiler pod on it."""
+
+    class_name: str = Field(
+        max_length=63, pattern=DNS_LABEL_PATTERN, description="Name of the hardware class."
+    )
+    kind: HardwareKind = Field(description="Accelerator the class provides.")
+    product: str | None = Field(
+        None, description="GPU product label (nvidia.com/gpu.product) or a CPU description."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the compiler pod is scheduled by."
+    )
+    node_affinity: NodeAffinity | None = Field(
+        None,
+        description=(
+            "A core/v1 NodeAffinity for the compiler pod, e.g. to exclude GPU products; "
+            "passed through as is."
+        ),
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Tolerations of the compiler pod."
+    )
+    resources: ResourceRequirements | None = Field(
+        None, description="Compiler container resources. GPU classes always get nvidia.com/gpu: 1."
+    )
+    simulated: bool = Field(
+        False,
+        description=(
+            "The class's nodes are simulated (kwok): nothing really runs on them, so the "
+            "compile is emulated instead of executed there."
+        ),
+    )
+
+
+class CompileJobSpec(SpecModel):
+    """Desired state of a CompileJob: everything the compiler pod needs to build one engine."""
+
+    model_name: str = Field(
+        min_length=1, max_length=253, description="Name of the owning InferenceModel."
+    )
+    source: ModelSource = Field(description="Where the model is fetched from.")
+    model_digest: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        description="SHA-256 of the model file, 64 lowercase hex digits, when already known.",
+    )
+    hardware: HardwareTarget = Field(description="Hardware class to compile for.")
+    compilers: list[Compiler] = Field(
+        min_length=1,
+        max_length=3,
+        json_schema_extra=LIST_SET,
+        description="Compilers to build candidate engines with.",
+    )
+    precisions: list[Precision] = Field(
+        min_length=1,
+        max_length=4,
+        json_schema_extra=LIST_SET,
+        description="Precisions to build candidate engines in.",
+    )
+    shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engine must accept.")
+    calibration: Calibration | None = Field(None, description="Calibration data for INT8 candidates.")
+    accuracy: AccuracyTolerance = Field(
+        default_factory=AccuracyTolerance,
+        description="How far candidate outputs may drift from the ONNX reference.",
+    )
+    objective: Objective = Field(
+        default_factory=Objective, description="What the best candidate is chosen by."
+    )
+    registry: RegistryDestination = Field(description="Where the engine is stored.")
+    image: str = Field(
+        "ghcr.io/tensorkiln/compiler:0.1.0",
+        min_length=1,
+        max_length=512,
+        description="Compiler container image.",
+    )
+    deadline_seconds: int = Field(
+        3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt."
+    )
+    retries: int = Field(2, ge=0, le=10, description="Retries of a failed compile attempt.")
+    options_hash: str = Field(
+        min_length=1,
+        max_length=128,
+        description=(
+            "Hash of the compile options (source digest, class, compilers, precisions, shapes, "
+            "calibration, accuracy, objective); the engine cache key."
+        ),
+    )
+
+
+class CompileJobStatus(KubeModel):
+    """Observed state of a CompileJob."""
+
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the status was computed from."
+    )
+    phase: CompileJobPhase | None = Field(None, description="Lifecycle phase of the compile.")
+    job_name: str | None = Field(None, description="Name of the batch/v1 Job running the compiler.")
+    node_name: str | None = Field(None, description="Node the compiler pod ran on.")
+    simulated_node: bool | None = Field(
+        None, description="Whether that node is simulated (kwok), so the compile was emulated."
+    )
+    start_time: datetime | None = Field(None, description="When the first attempt started (RFC 3339).")
+    completion_time: datetime | None = Field(
+        None, description="When the compile succeeded or finally failed (RFC 3339)."
+    )
+    engine: EngineRef | None = Field(None, description="The engine built, once Succeeded.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra=list_map("type"),
+        description="Latest observations of the compile's state, unique by type.",
+    )
+    reason: str | None = Field(None, description="CamelCase reason for the current phase.")
+    message: str | None = Field(None, description="Human-readable details about the current phase.")
+    attempts: int = Field(0, ge=0, description="Compile attempts started so far.")
+
+
+COMPILE_JOB = CustomResource(
+    kind="CompileJob",
+    plural="compilejobs",
+    short_names=("cjob",),
+    description=(
+        "CompileJob builds and validates the engine of one InferenceModel for one hardware "
+        "class. The operator creates it; a compiler pod on the class's nodes executes it."
+    ),
+    spec=CompileJobSpec,
+    status=CompileJobStatus,
+    printer_columns=(
+        PrinterColumn("Class", "string", ".spec.hardware.className", "Hardware class."),
+        PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase."),
+        PrinterColumn("Node", "string", ".status.nodeName", "Node the compiler ran on."),
+        PrinterColumn("Engine", "string", ".status.engine.digest", "Digest of the built engine.", priority=1),
+        AGE_COLUMN,
+    ),
+)

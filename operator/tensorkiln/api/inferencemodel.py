@@ -1,0 +1,511 @@
+"""InferenceModel: an ONNX model compiled per hardware class and served with Triton."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .common import (
+    AGE_COLUMN,
+    DNS_LABEL_PATTERN,
+    LIST_SET,
+    AccuracyTolerance,
+    Calibration,
+    CompileJobPhase,
+    Compiler,
+    Condition,
+    CustomResource,
+    EngineRef,
+    HardwareKind,
+    IntOrString,
+    KubeModel,
+    ModelSource,
+    Objective,
+    Precision,
+    PrinterColumn,
+    ResourceRequirements,
+    Rule,
+    Shapes,
+    SpecModel,
+    Toleration,
+    list_map,
+)
+
+
+class DataType(StrEnum):
+    """Element type of a tensor."""
+
+    FP32 = "FP32"
+    FP16 = "FP16"
+    BF16 = "BF16"
+    INT8 = "INT8"
+    UINT8 = "UINT8"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    BOOL = "BOOL"
+
+
+class HardwareMode(StrEnum):
+    """How the hardware classes to compile for are chosen."""
+
+    AUTO = "Auto"
+    EXPLICIT = "Explicit"
+
+
+class TimeoutAction(StrEnum):
+    """What Triton does with a request that timed out in the queue."""
+
+    REJECT = "REJECT"
+    DELAY = "DELAY"
+
+
+class Percentile(StrEnum):
+    """Latency percentile an SLO is measured at."""
+
+    P50 = "p50"
+    P90 = "p90"
+    P95 = "p95"
+    P99 = "p99"
+
+
+class ScalingMode(StrEnum):
+    """Who scales the serving replicas."""
+
+    OPERATOR = "Operator"
+    HPA = "HPA"
+
+
+class InferenceModelPhase(StrEnum):
+    """Summary of an InferenceModel's lifecycle."""
+
+    PENDING = "Pending"
+    COMPILING = "Compiling"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+ProductGlob = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._*?\[\]-]+$")]
+"""A glob (fnmatch) over nvidia.com/gpu.product label values."""
+
+
+class TensorSpec(SpecModel):
+    """Name, element type and shape of one model input or output."""
+
+    name: str = Field(min_length=1, max_length=256, description="Tensor name as in the ONNX graph.")
+    data_type: DataType = Field(description="Element type of the tensor.")
+    dims: list[Annotated[int, Field(ge=-1)]] = Field(
+        max_length=8,
+        description=(
+            "Shape without the batch axis when serving.maxBatchSize > 0, else the full shape. "
+            "-1 marks a dynamic dimension (give its range in shapes.dynamicDims)."
+        ),
+    )
+
+
+class ModelIO(SpecModel):
+    """Inputs and outputs of the model. When unset they are read from the ONNX graph."""
+
+    inputs: list[TensorSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra=list_map("name"),
+        description="Model inputs, unique by name.",
+    )
+    outputs: list[TensorSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra=list_map("name"),
+        description="Model outputs, unique by name.",
+    )
+
+
+class HardwarePool(SpecModel):
+    """A named set of nodes, selected by labels, that is compiled for and served on as one hardware class."""
+
+    name: str = Field(
+        max_length=40,
+        pattern=DNS_LABEL_PATTERN,
+        description="Name of the pool, a DNS-1123 label; used as the hardware class name.",
+    )
+    kind: HardwareKind = Field(HardwareKind.GPU, description="Accelerator the pool's nodes provide.")
+    node_selector: dict[str, str] = Field(
+        min_length=1,
+        description="Node labels that select the pool's nodes, e.g. nvidia.com/gpu.product: NVIDIA-L4.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Tolerations added to compiler and server pods scheduled on the pool.",
+    )
+
+
+class HardwareSelection(SpecModel):
+    """Which hardware classes the model is compiled for and served on."""
+
+    cel_rules = (
+        Rule(
+            "pools",
+            "self.mode != 'Explicit' || (has(self.pools) && size(self.pools) > 0)",
+            "must not be empty when mode is Explicit",
+            lambda h: h.mode != HardwareMode.EXPLICIT or bool(h.pools),
+            reason="FieldValueRequired",
+        ),
+    )
+
+    mode: HardwareMode = Field(
+        HardwareMode.AUTO,
+        description=(
+            "Auto discovers one hardware class per distinct nvidia.com/gpu.product node label "
+            "(filtered by include and exclude); Explicit uses exactly the listed pools."
+        ),
+    )
+    include_cpu: bool = Field(
+        False,
+        alias="includeCPU",
+        description=(
+            "Auto mode only: also target the CPU pool (nodes without an "
+            "nvidia.com/gpu.product label)."
+        ),
+    )
+    include: list[ProductGlob] = Field(
+        default_factory=list,
+        max_length=32,
+        description=(
+            "Auto mode only: glob patterns (e.g. NVIDIA-H100*) matched against nvidia.com/gpu.product; "
+            "when set, only matching GPU products are targeted. Unset targets all GPU products."
+        ),
+    )
+    exclude: list[ProductGlob] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Auto mode only: glob patterns of GPU products never targeted; wins over include.",
+    )
+    pools: list[HardwarePool] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra=list_map("name"),
+        description="Explicit mode: the hardware pools to target, unique by name. Ignored in Auto mode.",
+    )
+
+
+class CompilerChoice(SpecModel):
+    """Compilers used per kind of hardware."""
+
+    gpu: Literal[Compiler.TENSORRT] = Field(
+        Compiler.TENSORRT, description="Compiler for GPU hardware classes."
+    )
+    cpu: list[Literal[Compiler.ONNX_RUNTIME, Compiler.OPENVINO]] = Field(
+        default_factory=lambda: [Compiler.ONNX_RUNTIME, Compiler.OPENVINO],
+        min_length=1,
+        max_length=2,
+        json_schema_extra=LIST_SET,
+        description="Compilers tried for CPU hardware classes; the best engine among them is kept.",
+    )
+
+
+class CompileOptions(SpecModel):
+    """How engines are built, checked and chosen for each hardware class."""
+
+    precisions: list[Precision] = Field(
+        default_factory=lambda: [Precision.FP32, Precision.FP16, Precision.INT8],
+        min_length=1,
+        max_length=4,
+        json_schema_extra=LIST_SET,
+        description=(
+            "Precisions to build candidate engines in. Candidates that fail the accuracy check "
+            "are discarded; the best remaining one by objective is served. Precisions a class "
+            "cannot run (e.g. BF16 on pre-Ampere GPUs) are skipped."
+        ),
+    )
+    compilers: CompilerChoice = Field(
+        default_factory=CompilerChoice, description="Compilers used per kind of hardware."
+    )
+    calibration: Calibration | None = Field(
+        None,
+        description=(
+            "Calibration data for INT8. Without it, INT8 candidates use the model's own "
+            "quantization (QDQ nodes) or are skipped."
+        ),
+    )
+    accuracy: AccuracyTolerance = Field(
+        default_factory=AccuracyTolerance,
+        description="How far candidate outputs may drift from the ONNX reference.",
+    )
+    objective: Objective = Field(
+        default_factory=Objective, description="What the best candidate is chosen by."
+    )
+    deadline_seconds: int = Field(
+        3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt."
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="How many times a failed compile is retried before the class is marked Failed.",
+    )
+
+
+class QueuePolicy(SpecModel):
+    """Triton's dynamic batcher queue policy."""
+
+    timeout_microseconds: int = Field(
+        0, ge=0, description="How long a request may wait in the queue, in microseconds; 0 waits forever."
+    )
+    max_queue_size: int = Field(
+        0, ge=0, description="Most requests the queue holds before rejecting new ones; 0 is unbounded."
+    )
+    timeout_action: TimeoutAction = Field(
+        TimeoutAction.REJECT,
+        description="What happens to a request whose timeout expired: REJECT it or DELAY it behind others.",
+    )
+
+
+class DynamicBatching(SpecModel):
+    """Triton's dynamic batcher, which merges concurrent requests into larger batches."""
+
+    enabled: bool = Field(True, description="Whether Triton batches concurrent requests.")
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [8, 16],
+        max_length=16,
+        json_schema_extra=LIST_SET,
+        description="Batch sizes the batcher tries to form; each must be <= serving.maxBatchSize.",
+    )
+    max_queue_delay_microseconds: int = Field(
+        2000,
+        ge=0,
+        description="How long a request may wait for a preferred batch to fill, in microseconds.",
+    )
+    queue_policy: QueuePolicy = Field(
+        default_factory=QueuePolicy, description="Queue limits and timeout behaviour."
+    )
+
+
+class ServingOptions(SpecModel):
+    """How the selected engine of each hardware class is served with Triton."""
+
+    cel_rules = (
+        Rule(
+            "dynamicBatching.preferredBatchSizes",
+            "!self.dynamicBatching.enabled"
+            " || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
+            "must all be <= maxBatchSize",
+            lambda s: not s.dynamic_batching.enabled
+            or all(b <= s.max_batch_size for b in s.dynamic_batching.preferred_batch_sizes),
+        ),
+    )
+
+    image: str = Field(
+        "nvcr.io/nvidia/tritonserver:25.10-py3",
+        min_length=1,
+        max_length=512,
+        description="Triton Inference Server image.",
+    )
+    max_batch_size: int = Field(
+        32,
+        ge=0,
+        le=4096,
+        description="Triton max_batch_size; 0 disables batching. Must be <= shapes.batch.max.",
+    )
+    dynamic_batching: DynamicBatching = Field(
+        default_factory=DynamicBatching, description="Triton's dynamic batcher settings."
+    )
+    instances_per_gpu: int = Field(
+        1,
+        ge=1,
+        le=16,
+        alias="instancesPerGPU",
+        description="Model instances Triton runs on each GPU (CPU classes: per pod).",
+    )
+    resources: ResourceRequirements | None = Field(
+        None,
+        description="Triton container resources. GPU classes always get nvidia.com/gpu: 1 added to limits.",
+    )
+
+
+class SLO(SpecModel):
+    """Latency objective the serving replicas are scaled to meet."""
+
+    cel_rules = (
+        Rule(
+            "minReplicas",
+            "self.minReplicas <= self.maxReplicas",
+            "must be <= maxReplicas",
+            lambda s: s.min_replicas <= s.max_replicas,
+        ),
+    )
+
+    percentile: Percentile = Field(
+        Percentile.P95, description="Latency percentile the target applies to."
+    )
+    target_milliseconds: float = Field(
+        gt=0, description="Target end-to-end inference latency at the percentile, in milliseconds."
+    )
+    min_replicas: int = Field(1, ge=0, description="Fewest serving replicas per hardware class.")
+    max_replicas: int = Field(10, ge=1, description="Most serving replicas per hardware class.")
+    scale_up_stabilization_seconds: int = Field(
+        0, ge=0, description="How long, in seconds, the SLO must be missed before scaling up."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        300,
+        ge=0,
+        description="How long, in seconds, the SLO must be met with spare headroom before scaling down.",
+    )
+    mode: ScalingMode = Field(
+        ScalingMode.OPERATOR,
+        description=(
+            "Operator: the operator scales replicas from Triton metrics. HPA: a "
+            "HorizontalPodAutoscaler is created instead."
+        ),
+    )
+
+
+def _is_surge(value: int | str) -> bool:
+    if isinstance(value, int):
+        return value >= 0
+    return re.fullmatch(r"[0-9]+%", value) is not None
+
+
+class Rollout(SpecModel):
+    """How a newly compiled engine replaces the one being served."""
+
+    cel_rules = (
+        Rule(
+            "maxSurge",
+            "type(self.maxSurge) == int ? self.maxSurge >= 0 : self.maxSurge.matches('^[0-9]+%$')",
+            "must be a non-negative integer or a percentage such as 25%",
+            lambda r: _is_surge(r.max_surge),
+        ),
+    )
+
+    max_surge: IntOrString = Field(
+        "25%",
+        description="Extra serving replicas allowed during a rollout: a count or a percentage of replicas.",
+    )
+    keep_previous_engine: bool = Field(
+        True,
+        description=(
+            "Keep serving the previous engine while a new one compiles, and keep it if the new one "
+            "fails to compile or to become ready."
+        ),
+    )
+
+
+class InferenceModelSpec(SpecModel):
+    """Desired state of an InferenceModel."""
+
+    cel_rules = (
+        Rule(
+            "serving.maxBatchSize",
+            "self.serving.maxBatchSize <= self.shapes.batch.max",
+            "must be <= shapes.batch.max (the engine's profile must cover Triton's largest batch)",
+            lambda s: s.serving.max_batch_size <= s.shapes.batch.max,
+        ),
+        Rule(
+            "compile.objective.batchSize",
+            "self.compile.objective.batchSize >= self.shapes.batch.min"
+            " && self.compile.objective.batchSize <= self.shapes.batch.max",
+            "must be within shapes.batch min..max",
+            lambda s: s.shapes.batch.min <= s.compile.objective.batch_size <= s.shapes.batch.max,
+        ),
+    )
+
+    source: ModelSource = Field(description="Where the model is fetched from.")
+    io: ModelIO | None = Field(
+        None, description="Model inputs and outputs. Unset: read from the ONNX graph."
+    )
+    shapes: Shapes = Field(
+        default_factory=Shapes, description="Input shapes the engines must accept."
+    )
+    hardware: HardwareSelection = Field(
+        default_factory=HardwareSelection,
+        description="Hardware classes to compile for and serve on.",
+    )
+    compile: CompileOptions = Field(
+        default_factory=CompileOptions, description="How engines are built, checked and chosen."
+    )
+    serving: ServingOptions = Field(
+        default_factory=ServingOptions, description="How engines are served with Triton."
+    )
+    slo: SLO | None = Field(
+        None,
+        description="Latency objective the replicas are scaled to meet. Unset: replicas stay at 1 per class.",
+    )
+    rollout: Rollout = Field(
+        default_factory=Rollout, description="How a new engine replaces the served one."
+    )
+
+
+class TargetStatus(KubeModel):
+    """Compile and serving state of one hardware class."""
+
+    hardware_class: str = Field(
+        description="Name of the hardware class (a pool name or a derived GPU product name)."
+    )
+    kind: HardwareKind = Field(description="Accelerator the class provides.")
+    product: str | None = Field(
+        None, description="GPU product label (nvidia.com/gpu.product) or a CPU description."
+    )
+    node_count: int = Field(0, ge=0, description="Nodes currently in the class.")
+    simulated: bool = Field(
+        False,
+        description="Every node of the class is simulated (kwok on the local cluster): pods bound there run nothing.",
+    )
+    compile_job: str | None = Field(None, description="Name of the class's current CompileJob.")
+    compile_phase: CompileJobPhase | None = Field(None, description="Phase of that CompileJob.")
+    engine: EngineRef | None = Field(None, description="Engine being served on the class.")
+    replicas: int = Field(0, ge=0, description="Serving replicas of the class.")
+    ready_replicas: int = Field(0, ge=0, description="Serving replicas that are ready.")
+
+
+class InferenceModelStatus(KubeModel):
+    """Observed state of an InferenceModel."""
+
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the status was computed from."
+    )
+    phase: InferenceModelPhase | None = Field(
+        None, description="Summary of the lifecycle across all hardware classes."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra=list_map("type"),
+        description="Latest observations of the model's state, unique by type (Ready, ...).",
+    )
+    targets: list[TargetStatus] = Field(
+        default_factory=list,
+        json_schema_extra=list_map("hardwareClass"),
+        description="Per hardware class state, unique by hardwareClass.",
+    )
+    target_summary: str | None = Field(
+        None, description='Human summary of targets for kubectl, such as "2/3 compiled".'
+    )
+
+
+_READY = '.status.conditions[?(@.type=="Ready")]'
+
+INFERENCE_MODEL = CustomResource(
+    kind="InferenceModel",
+    plural="inferencemodels",
+    short_names=("im",),
+    description=(
+        "InferenceModel is an ONNX model that TensorKiln compiles into an engine per hardware "
+        "class (GPU product or CPU pool) and serves with Triton, scaled to a latency SLO."
+    ),
+    spec=InferenceModelSpec,
+    status=InferenceModelStatus,
+    printer_columns=(
+        PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase."),
+        PrinterColumn("Targets", "string", ".status.targetSummary", "Hardware classes compiled."),
+        PrinterColumn("Ready", "string", f"{_READY}.status", "Ready condition status."),
+        PrinterColumn("Reason", "string", f"{_READY}.reason", "Ready condition reason.", priority=1),
+        PrinterColumn(
+            "SLO", "number", ".spec.slo.targetMilliseconds", "Latency target in milliseconds.", priority=1
+        ),
+        AGE_COLUMN,
+    ),
+)

@@ -1,0 +1,89 @@
+"""InferenceModel + hardware class -> CompileJob (pure)."""
+
+from tensorkiln.api import API_VERSION
+from tensorkiln.builders import labels
+from tensorkiln.builders.naming import bounded_name, digest
+from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.settings import Settings
+
+# Job name = CompileJob name + "-" + 8-char options hash, and must fit a 63-char label value.
+MAX_NAME = 54
+
+DEFAULT_RESOURCES = {
+    "GPU": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+    # Small enough for the local CPU node (2 cores); compile threads follow the limit.
+    "CPU": {"requests": {"cpu": "1", "memory": "2Gi"}},
+}
+
+
+def compile_job_name(model_name: str, hardware_class: str) -> str:
+    return bounded_name(model_name, hardware_class, max_length=MAX_NAME)
+
+
+def compilers_for(spec: dict, kind: str) -> list[str]:
+    compilers = spec["compile"]["compilers"]
+    return [compilers["gpu"]] if kind == "GPU" else list(compilers["cpu"])
+
+
+def options_hash(compile_spec: dict) -> str:
+    """Hash of everything that changes the engine; the registry cache key uses it."""
+    keys = ("source", "modelDigest", "compilers", "precisions", "shapes", "calibration", "accuracy", "objective")
+    hardware = compile_spec["hardware"]
+    return digest(
+        {**{k: compile_spec.get(k) for k in keys}, "hardwareClass": hardware["className"], "kind": hardware["kind"]},
+        16,
+    )
+
+
+def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: Settings) -> dict:
+    """The CompileJob that builds `model`'s engine for `target`.
+
+    `spec` is the InferenceModel spec as camelCase JSON with defaults applied.
+    """
+    name = compile_job_name(model["metadata"]["name"], target.name)
+    compile_options = spec["compile"]
+    hardware = {
+        "className": target.name,
+        "kind": target.kind,
+        "product": target.product,
+        "nodeSelector": dict(target.node_selector),
+        "tolerations": list(target.tolerations),
+        "resources": DEFAULT_RESOURCES[target.kind],
+        "simulated": target.simulated,
+    }
+    if target.node_affinity():
+        hardware["nodeAffinity"] = target.node_affinity()
+    job_spec = {
+        "modelName": model["metadata"]["name"],
+        "source": spec["source"],
+        "hardware": hardware,
+        "compilers": compilers_for(spec, target.kind),
+        "precisions": compile_options["precisions"],
+        "shapes": spec["shapes"],
+        "accuracy": compile_options["accuracy"],
+        "objective": compile_options["objective"],
+        "registry": {"uri": settings.registry_uri},
+        "image": settings.compiler_image,
+        "deadlineSeconds": compile_options["deadlineSeconds"],
+        "retries": compile_options["retries"],
+    }
+    if "sha256" in spec["source"]:
+        job_spec["modelDigest"] = spec["source"]["sha256"]
+    if "calibration" in compile_options:
+        job_spec["calibration"] = compile_options["calibration"]
+    job_spec["optionsHash"] = options_hash(job_spec)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "CompileJob",
+        "metadata": {
+            "name": name,
+            "namespace": model["metadata"]["namespace"],
+            "labels": {
+                labels.MODEL: bounded_name(model["metadata"]["name"], max_length=63),
+                labels.HARDWARE_CLASS: target.name,
+                **labels.MANAGED_BY,
+            },
+            "ownerReferences": [labels.owner_reference(model, "InferenceModel")],
+        },
+        "spec": job_spec,
+    }

@@ -1,0 +1,185 @@
+"""`tensorkiln cluster up|down|status|env`: the local cluster's lifecycle.
+
+kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+and the kwok controller as local processes and writes their certificates and kubeconfig.
+On top of that this module applies the simulated node pools and the CRDs and starts the
+local node agent for the real node local-0.
+"""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from tensorkiln import kube
+from tensorkiln.localcluster import binaries, paths, pools, processes
+from tensorkiln.operator_runner import PIDFILE as OPERATOR_PIDFILE
+
+LOCAL_NODE = "local-0"
+AGENT_PIDFILE = paths.LOCALNODE_STATE / "agent.pid"
+
+
+def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(paths.BIN_DIR / "kwokctl"), "--name", paths.CLUSTER_NAME, *args],
+        check=check,
+        text=True,
+        capture_output=not check,
+    )
+
+
+def _cluster_exists() -> bool:
+    return (paths.KWOK_CLUSTER_DIR / "kwok.yaml").exists()
+
+
+def _api_ready() -> bool:
+    if not paths.KUBECONFIG.exists():
+        return False
+    try:
+        with kube.api_client(str(paths.KUBECONFIG)) as api:
+            client.VersionApi(api).get_code(_request_timeout=3)
+        return True
+    except Exception:  # any failure means "not ready yet"; callers wait or restart
+        return False
+
+
+def _wait(predicate, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(1)
+
+
+def _start_control_plane() -> None:
+    bin_dir = binaries.ensure()
+    if _cluster_exists():
+        if not _api_ready():
+            _kwokctl("start", "cluster", "--wait", "120s")
+        return
+    _kwokctl(
+        "--config", str(paths.KWOK_CONFIG),
+        "create", "cluster",
+        "--runtime", "binary",
+        "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
+        "--kube-controller-manager-binary", str(bin_dir / "kube-controller-manager"),
+        "--kube-scheduler-binary", str(bin_dir / "kube-scheduler"),
+        "--etcd-binary", str(bin_dir / "etcd"),
+        "--kwok-controller-binary", str(bin_dir / "kwok"),
+        "--disable-qps-limits",
+        "--wait", "120s",
+    )
+
+
+def _apply_crds(dynamic: DynamicClient) -> None:
+    crds = [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))]
+    for crd in crds:
+        kube.apply(dynamic, crd)
+    ext = client.ApiextensionsV1Api(dynamic.client)
+
+    def established() -> bool:
+        for crd in crds:
+            status = ext.read_custom_resource_definition(crd["metadata"]["name"]).status
+            if not any(c.type == "Established" and c.status == "True" for c in status.conditions or []):
+                return False
+        return True
+
+    _wait(established, "CRDs to be established", 60)
+
+
+def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
+    desired = pools.build_nodes(pools.load(pool_file))
+    for node in desired:
+        kube.apply(dynamic, {k: v for k, v in node.items() if k != "status"})
+        kube.apply(dynamic, node, subresource="status")
+    # Converge: simulated nodes no longer in the pool file go away.
+    wanted = {node["metadata"]["name"] for node in desired}
+    core = client.CoreV1Api(dynamic.client)
+    for node in core.list_node(label_selector=pools.POOL_LABEL).items:
+        if node.metadata.name not in wanted:
+            core.delete_node(node.metadata.name)
+
+
+def _start_agent(core: client.CoreV1Api) -> None:
+    paths.LOCALNODE_STATE.mkdir(parents=True, exist_ok=True)
+    processes.start(
+        [sys.executable, "-m", "tensorkiln.localnode",
+         "--kubeconfig", str(paths.KUBECONFIG),
+         "--node-name", LOCAL_NODE,
+         "--state-dir", str(paths.LOCALNODE_STATE)],
+        AGENT_PIDFILE,
+        paths.LOCALNODE_STATE / "agent.log",
+    )
+
+    def ready() -> bool:
+        try:
+            node = core.read_node(LOCAL_NODE)
+        except client.ApiException:
+            return False
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+    _wait(ready, f"node {LOCAL_NODE} (log: {paths.LOCALNODE_STATE / 'agent.log'})", 60)
+
+
+def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
+    """Create or restart the cluster and converge its pools, CRDs and local node. Idempotent."""
+    _start_control_plane()
+    _wait(_api_ready, "kube-apiserver", 120)
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        dynamic = DynamicClient(api)
+        _apply_crds(dynamic)
+        _apply_pools(dynamic, pool_file)
+        _start_agent(client.CoreV1Api(api))
+    print(f"cluster {paths.CLUSTER_NAME} is up; run: eval \"$(tensorkiln cluster env)\"")
+
+
+def down() -> None:
+    """Stop the operator, the local node agent and the control plane, and delete the cluster."""
+    processes.stop(OPERATOR_PIDFILE)
+    processes.stop(AGENT_PIDFILE)
+    if _cluster_exists():
+        _kwokctl("delete", "cluster")
+    print(f"cluster {paths.CLUSTER_NAME} deleted")
+
+
+def status() -> int:
+    """Print what runs; exit code 0 only when the API server answers."""
+    ready = _api_ready()
+    print(f"cluster:      {paths.CLUSTER_NAME} ({'ready' if ready else 'not running'})")
+    print(f"kubeconfig:   {paths.KUBECONFIG}")
+    for name, pidfile in (("local node", AGENT_PIDFILE), ("operator", OPERATOR_PIDFILE)):
+        pid = processes.pid_of(pidfile)
+        print(f"{name + ':':<13} {'running, pid ' + str(pid) if pid else 'not running'}")
+    if not ready:
+        return 1
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        counts: dict[str, int] = {}
+        for node in client.CoreV1Api(api).list_node().items:
+            labels = node.metadata.labels or {}
+            if node.metadata.name == LOCAL_NODE:
+                kind = "cpu (real node)"
+            else:
+                kind = labels.get("nvidia.com/gpu.product", "cpu") + " (simulated by kwok)"
+            counts[kind] = counts.get(kind, 0) + 1
+    for kind, count in sorted(counts.items()):
+        print(f"nodes:        {count:>3} x {kind}")
+    return 0
+
+
+def env() -> str:
+    """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln cluster env)"`)."""
+    return (
+        f"export KUBECONFIG={paths.KUBECONFIG}\n"
+        f"export PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
+    )
+
+
+def build(names: list[str]) -> None:
+    """Build (or find cached) the named binaries; `helm` is built only when asked for."""
+    binaries.ensure(tuple(names) or binaries.CLUSTER_BINARIES)
+    print(paths.BIN_DIR)
+

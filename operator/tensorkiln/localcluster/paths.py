@@ -1,0 +1,27 @@
+"""Where the local cluster keeps its binaries, configuration and state."""
+
+import os
+from pathlib import Path
+
+CLUSTER_NAME = "tensorkiln"
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+LOCALCLUSTER_DIR = REPO_ROOT / "localcluster"
+GO_BUILD_DIR = LOCALCLUSTER_DIR / "build"
+KWOK_CONFIG = LOCALCLUSTER_DIR / "kwok.yaml"
+DEFAULT_POOLS = LOCALCLUSTER_DIR / "pools.yaml"
+CRDS_DIR = REPO_ROOT / "crds"
+
+# Built binaries live outside the repo so a fresh clone reuses them (keyed by version).
+CACHE_DIR = Path(os.environ.get("TENSORKILN_CACHE", Path.home() / ".cache" / "tensorkiln"))
+BIN_CACHE = CACHE_DIR / "bin"
+# Names the components are invoked by; kwokctl links its own copies to these.
+BIN_DIR = CACHE_DIR / "current-bin"
+
+KWOK_HOME = Path.home() / ".kwok"
+KWOK_CLUSTER_DIR = KWOK_HOME / "clusters" / CLUSTER_NAME
+KUBECONFIG = KWOK_CLUSTER_DIR / "kubeconfig.yaml"
+
+STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / "tensorkiln"))
+LOCALNODE_STATE = STATE_DIR / "localnode"
+OPERATOR_STATE = STATE_DIR / "operator"

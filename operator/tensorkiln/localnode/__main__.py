@@ -1,0 +1,47 @@
+"""`python -m tensorkiln.localnode`: the agent that makes one real node out of this machine.
+
+    python -m tensorkiln.localnode --kubeconfig PATH --node-name local-0 --state-dir DIR
+
+Runs until SIGTERM/SIGINT, then kills the pods' processes (like a node shutdown) and exits
+without touching the API: the node going NotReady is what Kubernetes expects. Logs go to
+stderr; files go under DIR only (the kubernetes client's temporary certificate files too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .agent import Agent
+from .kube import Kube
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tensorkiln.localnode", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--node-name", default="local-0")
+    parser.add_argument("--state-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retry warnings repeat ours
+    state_dir = args.state_dir.resolve()
+    (state_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(state_dir / "tmp")  # kubeconfig certificates are unpacked to temp files
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    Agent(Kube.from_kubeconfig(args.kubeconfig), args.node_name, state_dir).run(stop)
+    logging.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The agent: registers the Node, keeps it alive, and runs the pods bound to it.
+
+Threads: the caller's thread waits for the stop event; `heartbeat` renews the node Lease every
+10 s and the node status every 30 s (and registers the Node again if someone deleted it);
+`pods` lists the pods bound to this node and then watches them. The watch ends every RESYNC_S
+and the next round starts with a full list, so reconciliation is level-based: a missed event
+converges at the next list, pods that left the API are stopped, and IPs and directories of
+pods that no longer exist are released. Each pod is run by its own `PodWorker`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from .ipam import IpAllocator
+from .kube import Kube, delete_pod_now, describe, is_status, retry
+from .node import LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
+from .podspec import PlanError
+from .runtime import sweep
+from .status import TERMINAL_PHASES, timestamp
+from .worker import NodeEnv, PodWorker
+
+log = logging.getLogger(__name__)
+
+LEASE_RENEW_S = 10
+NODE_STATUS_S = 30
+RESYNC_S = 30
+WORKER_JOIN_S = 15
+CONTROLLER_TAINT_PREFIX = "node.kubernetes.io/"  # not-ready, unreachable, unschedulable: not ours
+
+
+class KubeResolver:
+    """podspec.Resolver over the API; API trouble becomes a retryable PlanError."""
+
+    def __init__(self, kube: Kube):
+        self._kube = kube
+
+    def lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self._kube.get_or_none(f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        except Exception as exc:
+            raise PlanError("CreateContainerConfigError", f"reading {kind} {namespace}/{name}: {describe(exc)}",
+                            permanent=False) from exc
+
+    def service_account_token(self, pod: dict, audience: str | None, expiration_seconds: int) -> str:
+        meta = pod["metadata"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        spec = {"expirationSeconds": expiration_seconds,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}
+        if audience:
+            spec["audiences"] = [audience]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        try:
+            reply = self._kube.call(
+                "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", body=body)
+        except Exception as exc:
+            raise PlanError("CreateContainerConfigError", f"service account token for {account}: {describe(exc)}",
+                            permanent=False) from exc
+        return reply["status"]["token"]
+
+
+class Agent:
+    def __init__(self, kube: Kube, node_name: str, state_dir: Path):
+        self.kube = kube
+        self.node_name = node_name
+        self.state_dir = state_dir
+        self.env = NodeEnv(
+            kube=kube,
+            resolver=KubeResolver(kube),
+            ipam=IpAllocator(state_dir / "ipam.json"),
+            node_name=node_name,
+            state_dir=state_dir,
+            search_path=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}",
+        )
+        self._workers: dict[str, PodWorker] = {}
+        self._node_uid = ""
+        self._ready_since = timestamp()
+        self._stop = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        self._stop = stop
+        if leftovers := sweep(self.state_dir):
+            log.info("killed %d process sessions left by a previous agent", leftovers)
+        if not retry(self._register, what="registering the node", stop=stop):
+            return
+        for target, name in ((self._heartbeat, "heartbeat"), (self._pods, "pods")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+        stop.wait()
+        log.info("stopping: killing the processes of %d pods", len(self._workers))
+        workers = list(self._workers.values())
+        for worker in workers:
+            worker.stop("shutdown")
+        for worker in workers:
+            worker.join(WORKER_JOIN_S)
+
+    # -- node ---------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        facts = MachineFacts.probe(self.state_dir)
+        body = node_object(self.node_name, facts)
+        try:
+            node = self.kube.call("POST", "/api/v1/nodes", body=body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            node = self._adopt_existing_node(body)
+        self._node_uid = node["metadata"]["uid"]
+        self._post_status(facts)
+        log.info("node %s registered (uid %s)", self.node_name, self._node_uid)
+
+    def _adopt_existing_node(self, body: dict) -> dict:
+        """Make an existing Node describe this machine, keeping what controllers and users own."""
+        node = self.kube.call("GET", f"/api/v1/nodes/{self.node_name}")
+        stale_annotations = {key: None for key in node["metadata"].get("annotations", {})
+                             if key.startswith("kwok.x-k8s.io/")}
+        taints = [t for t in node["spec"].get("taints", []) if t["key"].startswith(CONTROLLER_TAINT_PREFIX)]
+        patch = {"metadata": {"labels": body["metadata"]["labels"],
+                              "annotations": {**stale_annotations, **body["metadata"]["annotations"]}},
+                 "spec": {"taints": taints or None}}
+        return self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}", body=patch, patch="merge")
+
+    def _post_status(self, facts: MachineFacts | None = None) -> None:
+        facts = facts or MachineFacts.probe(self.state_dir)
+        status = node_status(self.node_name, facts, now=timestamp(), ready_since=self._ready_since)
+        self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}/status", body={"status": status},
+                       patch="strategic")
+
+    def _renew_lease(self) -> None:
+        lease = lease_object(self.node_name, self._node_uid, renew_time=timestamp(micro=True))
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+        try:
+            self.kube.call("PATCH", f"{leases}/{self.node_name}", body=lease, patch="merge")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.kube.call("POST", leases, body=lease)
+
+    def _heartbeat(self) -> None:
+        next_status = time.monotonic() + NODE_STATUS_S  # _register just sent it
+        while True:
+            try:
+                self._renew_lease()
+                if time.monotonic() >= next_status:
+                    self._post_status()
+                    next_status = time.monotonic() + NODE_STATUS_S
+            except Exception as exc:
+                if is_status(exc, 404):  # the Node was deleted: register it again
+                    log.warning("node %s is gone, registering it again", self.node_name)
+                    retry(self._register, what="registering the node", stop=self._stop)
+                else:
+                    log.warning("heartbeat failed: %s", describe(exc))
+            if self._stop.wait(LEASE_RENEW_S):
+                return
+
+    # -- pods ---------------------------------------------------------------------------------
+
+    def _pods(self) -> None:
+        while retry(self._list_and_watch, what="pod list/watch", stop=self._stop):
+            pass
+
+    def _list_and_watch(self) -> None:
+        """One round: a full list (the level to converge on), then events until the watch ends."""
+        selector = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+        listed_at = time.monotonic()
+        pods = self.kube.call("GET", "/api/v1/pods", query=selector)
+        self._sync(pods["items"], listed_at)
+        query = {**selector, "resourceVersion": pods["metadata"]["resourceVersion"]}
+        for event in self.kube.watch("/api/v1/pods", query, RESYNC_S):
+            if self._stop.is_set():
+                return
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                self._handle(event["object"], deleted=event["type"] == "DELETED")
+
+    def _sync(self, pods: list[dict], listed_at: float) -> None:
+        """Converge on a full list: start what is missing, stop and forget what is gone."""
+        for pod in pods:
+            self._handle(pod)
+        live = {pod["metadata"]["uid"] for pod in pods}
+        for uid, worker in list(self._workers.items()):
+            if uid not in live and worker.created < listed_at:  # a newer worker may postdate the list
+                self._forget(uid)
+        known = live | set(self._workers)
+        pod_dirs = {p.name for p in (self.state_dir / "pods").glob("*")}
+        for uid in (self.env.ipam.uids() | pod_dirs) - known:
+            self.env.release(uid)
+
+    def _handle(self, pod: dict, *, deleted: bool = False) -> None:
+        uid = pod["metadata"]["uid"]
+        worker = self._workers.get(uid)
+        if deleted:
+            self._forget(uid)
+        elif worker is not None and not worker.finished.is_set():
+            worker.observe(pod)
+        elif pod["metadata"].get("deletionTimestamp"):
+            # Nothing runs (finished, or never started here): just let the object go.
+            try:
+                delete_pod_now(self.kube, pod["metadata"])
+            except Exception as exc:
+                log.warning("pod %s: delete failed (retried at the next list): %s", uid, describe(exc))
+                return
+            self._forget(uid)
+        elif worker is None and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            log.info("pod %s/%s: starting", pod["metadata"]["namespace"], pod["metadata"]["name"])
+            worker = PodWorker(pod, self.env)
+            self._workers[uid] = worker
+            worker.start()
+
+    def _forget(self, uid: str) -> None:
+        worker = self._workers.pop(uid, None)
+        if worker is not None and not worker.finished.is_set():
+            worker.stop("gone")  # it kills its processes and releases the pod itself
+        else:
+            self.env.release(uid)
+

@@ -1,0 +1,337 @@
+"""Map a Pod spec onto a plan for running it as local processes.
+
+Pure given a `Resolver` (the ConfigMaps, Secrets and tokens the pod refers to), so every
+mapping rule below is unit-tested without a cluster.
+
+Layout under the agent's state dir:
+
+    pods/<uid>/                              HOME and default working dir of every container
+    pods/<uid>/volumes/<volume>/             emptyDir, configMap, secret, downwardAPI, projected
+    pods/<uid>/<container>/log               stdout+stderr of all runs of the container
+    pods/<uid>/<container>/termination-log   the container's terminationMessagePath
+
+Path mapping. There is no mount namespace, so a volume is "mounted" by rewriting paths: in
+the command, args, env values, workingDir and exec-probe commands, every occurrence of a
+volumeMount's mountPath at the start of a path (not inside a longer path or name) is replaced
+with the volume's local directory (plus subPath), longest mountPath first, in one pass. The
+terminationMessagePath (default /dev/termination-log) is mapped onto the container's
+termination-log the same way. hostPath volumes map to the host path itself. Only text the pod
+spec carries is rewritten: a program that builds a mount path itself, or reads one from a
+file, sees the host filesystem.
+
+Env follows the kubelet: POD_IP, HOSTNAME, HOME and a PATH with the project venv first, then
+envFrom, then env, with $(VAR) expansion in env values, command and args.
+
+Not enforced: resource requests and limits, securityContext, readOnly mounts, ports (a process
+binds what it likes; the pod IP gives each pod its own loopback address).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .images import IMAGE_RULES, ImageRule, Launch, rule_for
+from .probes import Probe, ProbeError, parse_probe
+
+DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+DEFAULT_FILE_MODE = 0o644
+CONFIG_ERROR = "CreateContainerConfigError"
+_KIND_NAMES = {"configmaps": "ConfigMap", "secrets": "Secret"}
+_VAR_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
+_FIELD_KEY = re.compile(r"metadata\.(labels|annotations)\['(.+)'\]")
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+class PlanError(Exception):
+    """The pod cannot start. Permanent errors fail the pod; the others are retried."""
+
+    def __init__(self, reason: str, message: str, *, permanent: bool):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.permanent = permanent
+        self.container: str | None = None  # the container it concerns, None for the whole pod
+
+
+class Resolver(Protocol):
+    def lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The ConfigMap ("configmaps") or Secret ("secrets"), None when it does not exist."""
+
+    def service_account_token(self, pod: dict, audience: str | None, expiration_seconds: int) -> str:
+        """A token bound to the pod, as the kubelet requests for projected volumes."""
+
+
+@dataclass(frozen=True)
+class PodContext:
+    pod_dir: Path
+    pod_ip: str
+    host_ip: str
+    node_name: str
+    search_path: str  # PATH for every container
+
+
+@dataclass(frozen=True)
+class VolumePlan:
+    name: str
+    path: Path
+    files: dict[str, tuple[bytes, int]]  # relative path -> (content, mode)
+    create: bool  # False for a hostPath that must already exist
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    name: str
+    image: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log_path: Path
+    termination_path: Path
+    fallback_to_logs: bool
+    probes: dict[str, Probe]  # "startup" / "readiness" / "liveness"
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    volumes: list[VolumePlan]
+    init_containers: list[ContainerPlan]
+    containers: list[ContainerPlan]
+
+
+def plan_pod(pod: dict, ctx: PodContext, resolver: Resolver,
+             rules: tuple[ImageRule, ...] = IMAGE_RULES) -> PodPlan:
+    spec = pod["spec"]
+    volumes = [_plan_volume(v, pod, ctx, resolver) for v in spec.get("volumes", [])]
+    by_name = {v.name: v for v in volumes}
+
+    def plan(c: dict) -> ContainerPlan:
+        try:
+            return _plan_container(c, pod, ctx, resolver, by_name, rules)
+        except PlanError as exc:
+            exc.container = c["name"]
+            raise
+
+    return PodPlan(volumes, [plan(c) for c in spec.get("initContainers", [])],
+                   [plan(c) for c in spec["containers"]])
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion: unknown references stay as written, $$ escapes a $."""
+    return _VAR_REF.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
+
+
+def path_rewriter(mapping: list[tuple[str, Path]]) -> Callable[[str], str]:
+    """Replace each mountPath that starts a path with its local directory (see module doc)."""
+    targets = {src.rstrip("/") or "/": str(dst) for src, dst in mapping}
+    if not targets:
+        return lambda text: text
+    longest_first = "|".join(re.escape(src) for src in sorted(targets, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.\-/])({longest_first})(?![\w.\-])")
+    return lambda text: pattern.sub(lambda m: targets[m[1]], text)
+
+
+def _plan_container(c: dict, pod: dict, ctx: PodContext, resolver: Resolver,
+                    volumes: dict[str, VolumePlan], rules: tuple[ImageRule, ...]) -> ContainerPlan:
+    name, image = c["name"], c.get("image", "")
+    env = _container_env(c, pod, ctx, resolver)
+    rule = rule_for(image, rules)
+    launch = Launch(list(c.get("command", [])), list(c.get("args", [])), env)
+    if rule:
+        launch = rule.rewrite(launch)
+    argv = launch.command + launch.args
+    if not argv or (rule is None and not launch.command):
+        raise PlanError("ImageNotMappable",
+                        f'container "{name}": image "{image}" has no local mapping; '
+                        "set command, or add a rule to IMAGE_RULES", permanent=True)
+    env = launch.env
+    argv = [expand(arg, env) for arg in argv]
+
+    container_dir = ctx.pod_dir / name
+    termination_path = container_dir / "termination-log"
+    mapping = [(c.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, termination_path)]
+    for mount in c.get("volumeMounts", []):
+        local = volumes[mount["name"]].path
+        sub = mount.get("subPath") or expand(mount.get("subPathExpr", ""), env)
+        mapping.append((mount["mountPath"], local / sub if sub else local))
+    rewrite = path_rewriter(mapping)
+
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", []) if p.get("name")}
+    try:
+        probes = {kind: parse_probe(c[f"{kind}Probe"], pod_ip=ctx.pod_ip, ports=ports, rewrite=rewrite)
+                  for kind in ("startup", "readiness", "liveness") if c.get(f"{kind}Probe")}
+    except ProbeError as exc:
+        raise PlanError("ProbeNotSupported", f'container "{name}": {exc}', permanent=True) from exc
+
+    working_dir = c.get("workingDir")
+    return ContainerPlan(
+        name=name,
+        image=image,
+        argv=[rewrite(arg) for arg in argv],
+        env={key: rewrite(value) for key, value in env.items()},
+        cwd=Path(rewrite(working_dir)) if working_dir else ctx.pod_dir,
+        log_path=container_dir / "log",
+        termination_path=termination_path,
+        fallback_to_logs=c.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+        probes=probes,
+    )
+
+
+def _container_env(c: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> dict[str, str]:
+    env = {"PATH": ctx.search_path, "HOME": str(ctx.pod_dir),
+           "HOSTNAME": pod["metadata"]["name"], "POD_IP": ctx.pod_ip}
+    namespace = pod["metadata"]["namespace"]
+    for source in c.get("envFrom", []):
+        kind, ref = (("configmaps", source["configMapRef"]) if "configMapRef" in source
+                     else ("secrets", source["secretRef"]))
+        values = _values(kind, namespace, ref["name"], ref.get("optional", False), resolver)
+        prefix = source.get("prefix", "")
+        env.update({prefix + key: value.decode(errors="replace") for key, value in values.items()
+                    if _ENV_NAME.fullmatch(prefix + key)})  # the kubelet skips invalid names too
+    for var in c.get("env", []):
+        source = var.get("valueFrom")
+        if source is None:
+            env[var["name"]] = expand(var.get("value", ""), env)
+            continue
+        value = _env_source_value(source, pod, ctx, resolver)
+        if value is not None:
+            env[var["name"]] = value
+    return env
+
+
+def _env_source_value(source: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> str | None:
+    if "fieldRef" in source:
+        return _field_value(pod, ctx, source["fieldRef"]["fieldPath"])
+    for key, kind in (("configMapKeyRef", "configmaps"), ("secretKeyRef", "secrets")):
+        if key in source:
+            ref = source[key]
+            optional = ref.get("optional", False)
+            values = _values(kind, pod["metadata"]["namespace"], ref["name"], optional, resolver)
+            if ref["key"] in values:
+                return values[ref["key"]].decode(errors="replace")
+            if optional:
+                return None
+            raise PlanError(CONFIG_ERROR, f"couldn't find key {ref['key']} in {_KIND_NAMES[kind]} "
+                            f"{pod['metadata']['namespace']}/{ref['name']}", permanent=False)
+    raise PlanError(CONFIG_ERROR, f"env source {sorted(source)} is not supported on the local node",
+                    permanent=True)
+
+
+
+def _values(kind: str, namespace: str, name: str, optional: bool, resolver: Resolver) -> dict[str, bytes]:
+    """Decoded data of a ConfigMap or Secret; {} when it is missing and optional."""
+    obj = resolver.lookup(kind, namespace, name)
+    if obj is None:
+        if optional:
+            return {}
+        raise PlanError(CONFIG_ERROR, f'{_KIND_NAMES[kind].lower()} "{name}" not found', permanent=False)
+    if kind == "secrets":
+        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+    values = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+    values.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return values
+
+
+def _field_value(pod: dict, ctx: PodContext, path: str) -> str:
+    meta = pod["metadata"]
+    simple = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta["uid"],
+        "spec.nodeName": ctx.node_name,
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+        "status.podIP": ctx.pod_ip,
+        "status.podIPs": ctx.pod_ip,
+        "status.hostIP": ctx.host_ip,
+        "status.hostIPs": ctx.host_ip,
+    }
+    if path in simple:
+        return simple[path]
+    if match := _FIELD_KEY.fullmatch(path):
+        return (meta.get(match[1]) or {}).get(match[2], "")
+    if path in ("metadata.labels", "metadata.annotations"):  # downwardAPI volume files
+        items = meta.get(path.split(".")[1]) or {}
+        return "\n".join(f'{key}="{value}"' for key, value in sorted(items.items()))
+    raise PlanError(CONFIG_ERROR, f"fieldRef {path!r} is not supported on the local node", permanent=True)
+
+
+def _plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> VolumePlan:
+    name = volume["name"]
+    local = ctx.pod_dir / "volumes" / name
+    if "hostPath" in volume:
+        host = volume["hostPath"]
+        return VolumePlan(name, Path(host["path"]), {}, create=host.get("type") == "DirectoryOrCreate")
+    if "emptyDir" in volume:
+        return VolumePlan(name, local, {}, create=True)
+    namespace = pod["metadata"]["namespace"]
+    if "configMap" in volume or "secret" in volume:
+        kind, src = (("configmaps", volume["configMap"]) if "configMap" in volume
+                     else ("secrets", volume["secret"]))
+        mode = src.get("defaultMode", DEFAULT_FILE_MODE)
+        ref_name = src.get("name") or src.get("secretName")
+        return VolumePlan(name, local, _keyed_files(kind, namespace, ref_name, src, mode, resolver), True)
+    if "downwardAPI" in volume:
+        src = volume["downwardAPI"]
+        return VolumePlan(name, local, _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE)),
+                          True)
+    if "projected" in volume:
+        return VolumePlan(name, local, _projected_files(volume["projected"], pod, ctx, resolver), True)
+    kind = next((key for key in volume if key != "name"), "unknown")
+    raise PlanError("VolumeNotSupported",
+                    f'volume "{name}": {kind} volumes are not supported on the local node '
+                    "(emptyDir, configMap, secret, downwardAPI, projected and hostPath are)", permanent=True)
+
+
+def _keyed_files(kind: str, namespace: str, name: str, src: dict, mode: int,
+                 resolver: Resolver) -> dict[str, tuple[bytes, int]]:
+    optional = src.get("optional", False)
+    values = _values(kind, namespace, name, optional, resolver)
+    if "items" not in src:
+        return {key: (value, mode) for key, value in values.items()}
+    files = {}
+    for item in src["items"]:
+        if item["key"] in values:
+            files[item["path"]] = (values[item["key"]], item.get("mode", mode))
+        elif not optional:
+            raise PlanError(CONFIG_ERROR, f"couldn't find key {item['key']} in {_KIND_NAMES[kind]} "
+                            f"{namespace}/{name}", permanent=False)
+    return files
+
+
+def _downward_files(src: dict, pod: dict, ctx: PodContext, mode: int) -> dict[str, tuple[bytes, int]]:
+    files = {}
+    for item in src.get("items", []):
+        if "fieldRef" not in item:
+            raise PlanError(CONFIG_ERROR, f"downwardAPI item {item['path']!r}: only fieldRef is supported "
+                            "on the local node", permanent=True)
+        files[item["path"]] = (_field_value(pod, ctx, item["fieldRef"]["fieldPath"]).encode(),
+                               item.get("mode", mode))
+    return files
+
+
+def _projected_files(src: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> dict[str, tuple[bytes, int]]:
+    mode = src.get("defaultMode", DEFAULT_FILE_MODE)
+    namespace = pod["metadata"]["namespace"]
+    files: dict[str, tuple[bytes, int]] = {}
+    for source in src.get("sources") or []:
+        if "configMap" in source:
+            files.update(_keyed_files("configmaps", namespace, source["configMap"]["name"],
+                                      source["configMap"], mode, resolver))
+        elif "secret" in source:
+            files.update(_keyed_files("secrets", namespace, source["secret"]["name"],
+                                      source["secret"], mode, resolver))
+        elif "downwardAPI" in source:
+            files.update(_downward_files(source["downwardAPI"], pod, ctx, mode))
+        elif "serviceAccountToken" in source:
+            token = source["serviceAccountToken"]
+            value = resolver.service_account_token(pod, token.get("audience"),
+                                                   token.get("expirationSeconds", 3600))
+            files[token["path"]] = (value.encode(), mode)
+        else:
+            raise PlanError("VolumeNotSupported", f"projected source {sorted(source)} is not supported "
+                            "on the local node", permanent=True)
+    return files

@@ -1,0 +1,147 @@
+"""Container runs as local processes, one session (and process group) per run.
+
+Each run starts with start_new_session=True, so its session id is the leader's pid and
+everything the container starts (a shell and its children) can be signalled and swept
+together, like a container's cgroup. The leader's pid and kernel start time are recorded in
+`<container dir>/pid` while it runs, so an agent that restarts after a crash kills what the
+previous agent left behind (`sweep`) instead of leaking processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .podspec import ContainerPlan
+
+log = logging.getLogger(__name__)
+LOG_TAIL_BYTES = 64 * 1024
+
+
+class StartError(Exception):
+    """The process could not be started (missing executable, working dir, ...)."""
+
+
+class Process:
+    def __init__(self, popen: subprocess.Popen, plan: ContainerPlan, log_offset: int):
+        self._popen = popen
+        self._plan = plan
+        self._log_offset = log_offset
+        self._start_ticks = _start_ticks(popen.pid) or 0
+        self._pid_file = plan.log_path.parent / "pid"
+        self._pid_file.write_text(f"{popen.pid} {self._start_ticks}\n")
+
+    @classmethod
+    def spawn(cls, plan: ContainerPlan) -> Process:
+        plan.log_path.parent.mkdir(parents=True, exist_ok=True)
+        plan.termination_path.write_bytes(b"")  # a fresh termination message per run
+        if not plan.cwd.is_dir():
+            raise StartError(f"working directory {plan.cwd} does not exist")
+        with open(plan.log_path, "ab") as log_file:
+            offset = log_file.tell()
+            try:
+                popen = subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd, stdin=subprocess.DEVNULL,
+                                         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            except FileNotFoundError:
+                raise StartError(f'exec: "{plan.argv[0]}": executable file not found in $PATH') from None
+            except OSError as exc:
+                raise StartError(f'exec: "{plan.argv[0]}": {exc.strerror}') from None
+        return cls(popen, plan, offset)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def poll(self) -> int | None:
+        """The leader's return code once it exited; then whatever it left running is killed."""
+        code = self._popen.poll()
+        if code is not None and self._pid_file.exists():
+            _signal_session(self.pid, self._start_ticks, signal.SIGKILL)
+            self._pid_file.unlink(missing_ok=True)
+        return code
+
+    def terminate(self) -> None:
+        """SIGTERM the whole session (the caller then `wait`s)."""
+        if self.poll() is None:
+            _signal_session(self.pid, self._start_ticks, signal.SIGTERM)
+
+    def wait(self, deadline: float) -> int:
+        """The leader's return code; whatever still runs at `deadline` (monotonic) gets SIGKILL."""
+        try:
+            self._popen.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            _signal_session(self.pid, self._start_ticks, signal.SIGKILL)
+            self._popen.wait()
+        return self.poll()
+
+    def stop(self, grace_s: float) -> int:
+        self.terminate()
+        return self.wait(time.monotonic() + grace_s)
+
+    def log_text(self) -> str:
+        """This run's output (at most the last 64 KiB), for FallbackToLogsOnError."""
+        try:
+            with open(self._plan.log_path, "rb") as log_file:
+                end = log_file.seek(0, os.SEEK_END)
+                log_file.seek(max(self._log_offset, end - LOG_TAIL_BYTES))
+                return log_file.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def sweep(state_dir: Path) -> int:
+    """Kill the sessions recorded by a previous agent; returns how many were found."""
+    found = 0
+    for pid_file in state_dir.glob("pods/*/*/pid"):
+        try:
+            pid, ticks = (int(field) for field in pid_file.read_text().split())
+        except (OSError, ValueError):
+            continue
+        if _signal_session(pid, ticks, signal.SIGKILL):
+            found += 1
+            log.info("killed leftover processes of session %s (%s)", pid, pid_file.parent)
+        pid_file.unlink(missing_ok=True)
+    return found
+
+
+def _signal_session(sid: int, since_ticks: int, sig: int) -> int:
+    """Signal every process of session `sid` that started no earlier than its leader did.
+
+    The start-time check keeps a recycled pid from pointing at an unrelated process.
+    """
+    hits = 0
+    for pid, session, ticks in _processes():
+        if session == sid and ticks >= since_ticks:
+            try:
+                os.kill(pid, sig)
+                hits += 1
+            except ProcessLookupError:
+                pass
+    return hits
+
+
+def _processes():
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat:
+                yield int(entry.name), int(stat[3]), int(stat[19])
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    stat = _stat(pid)
+    return int(stat[19]) if stat else None
+

@@ -1,0 +1,43 @@
+"""Running the operator: in the foreground (`tensorkiln operator run`, the container's command)
+or detached against the local cluster (`tensorkiln operator start|stop`)."""
+
+import asyncio
+import os
+import sys
+
+from tensorkiln.localcluster import paths, processes
+
+PIDFILE = paths.OPERATOR_STATE / "operator.pid"
+LOGFILE = paths.OPERATOR_STATE / "operator.log"
+
+
+def run(namespaces: list[str]) -> None:
+    import kopf
+
+    import tensorkiln.controllers.handlers  # noqa: F401  registers the handlers
+
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+        )
+    )
+
+
+def start() -> int:
+    """Start the operator detached, pointed at the local cluster; returns its pid."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(paths.KUBECONFIG),
+        "TENSORKILN_REGISTRY_URI": os.environ.get(
+            "TENSORKILN_REGISTRY_URI", f"file://{paths.STATE_DIR / 'registry'}"
+        ),
+        "PYTHONUNBUFFERED": "1",
+    }
+    paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)
+    return processes.start([sys.executable, "-m", "tensorkiln", "operator", "run"], PIDFILE, LOGFILE, env=env)
+
+
+def stop() -> bool:
+    return processes.stop(PIDFILE)

@@ -1,0 +1,100 @@
+"""CompileJob status from its Job and that Job's newest pod (pure)."""
+
+import json
+from datetime import datetime
+
+from tensorkiln.status.conditions import condition, find, merge_conditions
+
+SIMULATED_NOTE = "simulated by kwok: no container runs there, so no engine is built"
+
+
+def _job_condition(job: dict, type_: str) -> dict | None:
+    found = find(job.get("status", {}).get("conditions"), type_)
+    return found if found and found.get("status") == "True" else None
+
+
+def _termination(pod: dict | None) -> dict | None:
+    """The compiler container's terminated state, if it ended."""
+    for status in (pod or {}).get("status", {}).get("containerStatuses", []):
+        if status.get("name") == "compiler":
+            return status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
+    return None
+
+
+def engine_from_message(message: str) -> dict | None:
+    """The compiler ends by writing {"engine": {"digest": ..., "uri": ...}} as its termination message."""
+    try:
+        report = json.loads(message)
+    except (TypeError, ValueError):
+        return None
+    engine = report.get("engine") if isinstance(report, dict) else None
+    return engine if isinstance(engine, dict) and "digest" in engine else None
+
+
+def _placement(pod: dict | None, simulated_nodes: set[str]) -> tuple[str | None, bool, dict]:
+    """(node, simulated, Scheduled condition) of the compile pod."""
+    node = (pod or {}).get("spec", {}).get("nodeName")
+    if not node:
+        waiting = find((pod or {}).get("status", {}).get("conditions"), "PodScheduled")
+        if waiting and waiting.get("status") == "False":
+            return None, False, condition("Scheduled", False, waiting.get("reason", "Unschedulable"),
+                                          waiting.get("message", "the scheduler found no node"))
+        return None, False, condition("Scheduled", False, "WaitingForPod", "no pod bound to a node yet")
+    simulated = node in simulated_nodes
+    message = f"pod {pod['metadata']['name']} bound to node {node}" + (f" ({SIMULATED_NOTE})" if simulated else "")
+    return node, simulated, condition("Scheduled", True, "Scheduled", message)
+
+
+def compile_job_status(
+    compile_job: dict, job: dict | None, pod: dict | None, simulated_nodes: set[str], now: datetime
+) -> dict:
+    """Mirror the Job's progress into the CompileJob's phase, conditions and timestamps."""
+    old = compile_job.get("status", {})
+    generation = compile_job["metadata"].get("generation", 1)
+    status: dict = {"observedGeneration": generation}
+    if job is None:
+        status["phase"] = "Pending"
+        desired = [
+            condition("Scheduled", False, "JobNotCreated", "the compile Job is being created"),
+            condition("Compiled", None, "Pending", "waiting for the compile Job"),
+        ]
+        status["conditions"] = merge_conditions(old.get("conditions"), desired, generation, now)
+        return status
+
+    job_status = job.get("status", {})
+    status["jobName"] = job["metadata"]["name"]
+    status["attempts"] = job_status.get("failed", 0) + job_status.get("succeeded", 0) + job_status.get("active", 0)
+    for source, target in (("startTime", "startTime"), ("completionTime", "completionTime")):
+        if job_status.get(source):
+            status[target] = job_status[source]
+    node, simulated, scheduled = _placement(pod, simulated_nodes)
+    if node:
+        status["nodeName"] = node
+    status["simulatedNode"] = simulated
+
+    terminated = _termination(pod) or {}
+    message = (terminated.get("message") or "").strip()
+    complete, failed = _job_condition(job, "Complete"), _job_condition(job, "Failed")
+    if complete:
+        status["phase"] = "Succeeded"
+        engine = engine_from_message(message)
+        if engine:
+            status["engine"] = engine
+            compiled = condition("Compiled", True, "EnginePublished", f"engine {engine['digest']} published")
+        else:
+            compiled = condition("Compiled", False, "NoEngineReported",
+                                 "the compiler exited 0 but reported no engine in its termination message")
+    elif failed:
+        status["phase"] = "Failed"
+        status["reason"] = failed.get("reason", "Failed")
+        status["message"] = message or failed.get("message", "the compile Job failed")
+        compiled = condition("Compiled", False, status["reason"], status["message"])
+    elif node and (pod or {}).get("status", {}).get("phase") == "Running":
+        status["phase"] = "Running"
+        note = f" on a node {SIMULATED_NOTE}" if simulated else f" on node {node}"
+        compiled = condition("Compiled", None, "Compiling", f"compiler running{note}")
+    else:
+        status["phase"] = "Pending"
+        compiled = condition("Compiled", None, "Pending", "waiting for the compile pod to start")
+    status["conditions"] = merge_conditions(old.get("conditions"), [scheduled, compiled], generation, now)
+    return status

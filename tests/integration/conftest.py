@@ -1,0 +1,70 @@
+"""Fixtures for tests against the local cluster (`tensorkiln cluster up`, run by `make test`)."""
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+from kubernetes import client
+
+from tensorkiln import kube, operator_runner
+from tensorkiln.localcluster import paths
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="session")
+def api():
+    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    with kube.api_client(os.environ["KUBECONFIG"]) as api_client:
+        client.VersionApi(api_client).get_code()  # fail loudly: integration tests need the cluster
+        yield api_client
+
+
+class Operator:
+    """The operator as its own process, so tests can kill and restart it."""
+
+    def __init__(self, log_path):
+        self.log_path = log_path
+        self.proc = None
+
+    def start(self):
+        env = {**os.environ, "KUBECONFIG": str(paths.KUBECONFIG), "TENSORKILN_RESYNC_SECONDS": "5",
+               "PYTHONUNBUFFERED": "1"}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tensorkiln", "operator", "run"],
+                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def kill(self):
+        """SIGKILL, as a crash or an OOM kill would."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self):
+        self.kill()
+        self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def operator(api, tmp_path_factory):
+    operator_runner.stop()  # a demo operator would act alongside the one under test
+    op = Operator(tmp_path_factory.mktemp("operator") / "operator.log")
+    op.start()
+    yield op
+    op.kill()
+
+
+@pytest.fixture
+def namespace(api):
+    core = client.CoreV1Api(api)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+

@@ -1,0 +1,183 @@
+"""The local node agent against the real cluster: pods scheduled onto local-0 run as processes.
+
+Pods are not bound by hand: kube-scheduler places them through nodeSelector
+kubernetes.io/hostname=local-0, as it would any workload. Needs `tensorkiln cluster up`
+(which starts the agent); the module is skipped when the API server does not answer.
+"""
+
+import ipaddress
+import os
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tensorkiln.localnode.kube import Kube
+
+pytestmark = pytest.mark.cluster
+
+NODE = "local-0"
+ON_LOCAL_NODE = {"nodeSelector": {"kubernetes.io/hostname": NODE}}
+DEFAULT_KUBECONFIG = Path.home() / ".kwok/clusters/tensorkiln/kubeconfig.yaml"
+
+
+@pytest.fixture(scope="module")
+def kube():
+    path = os.environ.get("KUBECONFIG", str(DEFAULT_KUBECONFIG))
+    try:
+        kube = Kube.from_kubeconfig(path)
+        kube.call("GET", "/version", timeout_s=5)
+    except Exception as exc:
+        pytest.skip(f"the cluster API server does not answer (kubeconfig {path}): {exc}")
+    return kube
+
+
+@pytest.fixture
+def ns(kube):
+    name = f"localnode-{uuid.uuid4().hex[:8]}"
+    kube.call("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    yield name
+    kube.call("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def wait_for(what, probe, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def create(kube, path, body):
+    """Create, retrying while a fresh namespace has no default ServiceAccount yet."""
+    def attempt():
+        try:
+            return kube.call("POST", path, body=body)
+        except ApiException as exc:
+            if exc.status == 403 and "serviceaccount" in str(exc.body).lower():
+                return None
+            raise
+    return wait_for(f"creating {body['metadata']['name']}", attempt, timeout_s=30)
+
+
+def run_pod(kube, ns, name, *containers, init=(), **spec):
+    body = {"metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, **ON_LOCAL_NODE,
+                     "containers": list(containers), "initContainers": list(init), **spec}}
+    return create(kube, f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def sh(script, name="main", **fields):
+    return {"name": name, "image": "busybox:1.36", "command": ["sh", "-c", script], **fields}
+
+
+def get_pod(kube, ns, name):
+    return kube.get_or_none(f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+def wait_phase(kube, ns, name, *phases, timeout_s=60):
+    def reached():
+        pod = get_pod(kube, ns, name)
+        return pod if pod and pod["status"].get("phase") in phases else None
+    pod = wait_for(f"pod {ns}/{name} to reach {phases}", reached, timeout_s)
+    assert pod["spec"]["nodeName"] == NODE
+    return pod
+
+
+def terminated(pod):
+    return pod["status"]["containerStatuses"][0]["state"]["terminated"]
+
+
+def test_node_is_ready_and_describes_this_machine(kube):
+    node = kube.call("GET", f"/api/v1/nodes/{NODE}")
+    conditions = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+    labels = node["metadata"]["labels"]
+    assert labels["tensorkiln.dev/local-node"] == "true"
+    assert labels["node.kubernetes.io/instance-type"] == "local"
+    assert "feature.node.kubernetes.io/cpu-model.vendor_id" in labels
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+    assert not [t for t in node["spec"].get("taints", []) if not t["key"].startswith("node.kubernetes.io/")]
+    lease = kube.call("GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")
+    assert lease["spec"]["holderIdentity"] == NODE
+
+
+def test_failing_container_reports_exit_code_and_message(kube, ns):
+    run_pod(kube, ns, "fail", sh("echo done > /dev/termination-log; exit 3"))
+    pod = wait_phase(kube, ns, "fail", "Failed", "Succeeded")
+    assert pod["status"]["phase"] == "Failed"
+    assert terminated(pod)["exitCode"] == 3
+    assert terminated(pod)["message"].strip() == "done"
+
+
+def test_true_succeeds(kube, ns):
+    run_pod(kube, ns, "ok", {"name": "main", "image": "busybox:1.36", "command": ["true"]})
+    pod = wait_phase(kube, ns, "ok", "Failed", "Succeeded")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert terminated(pod)["exitCode"] == 0
+
+
+def test_http_server_becomes_ready_on_its_pod_ip(kube, ns):
+    server = {"name": "web", "image": "python:3.11",
+              "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
+              "ports": [{"name": "http", "containerPort": 8080}],
+              "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}}
+    run_pod(kube, ns, "web", server)
+
+    def ready():
+        pod = get_pod(kube, ns, "web")
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        return pod if conditions.get("Ready") == "True" else None
+    pod = wait_for("pod web to be Ready", ready)
+    pod_ip = pod["status"]["podIP"]
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("127.0.0.0/8")
+    assert pod["status"]["podIPs"] == [{"ip": pod_ip}] and pod["status"]["hostIP"] == "127.0.0.1"
+    with urllib.request.urlopen(f"http://{pod_ip}:8080/", timeout=5) as reply:
+        assert reply.status == 200
+
+
+def test_job_completes(kube, ns):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job"},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never", **ON_LOCAL_NODE,
+               "containers": [sh("echo compiled")]}}}}
+    create(kube, f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+
+    def complete():
+        status = kube.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/job").get("status", {})
+        if any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions", [])):
+            pytest.fail(f"job failed: {status}")
+        return any(c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions", []))
+    wait_for("job to complete", complete, timeout_s=90)
+
+
+def test_deleting_a_running_pod_kills_its_process(kube, ns):
+    run_pod(kube, ns, "sleeper", sh("sleep 3600"))
+    pod = wait_phase(kube, ns, "sleeper", "Running")
+    pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("local://"))
+    assert Path(f"/proc/{pid}").exists()
+    kube.call("DELETE", f"/api/v1/namespaces/{ns}/pods/sleeper")
+    wait_for("pod sleeper to disappear", lambda: get_pod(kube, ns, "sleeper") is None, timeout_s=30)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_config_map_env_and_empty_dir_shared_with_init_container(kube, ns):
+    create(kube, f"/api/v1/namespaces/{ns}/configmaps",
+           {"metadata": {"name": "settings"}, "data": {"greeting": "hello"}})
+    mount = [{"name": "work", "mountPath": "/work"}]
+    run_pod(kube, ns, "shared",
+            sh('printf "%s %s" "$GREETING" "$(cat /work/from-init)" > /dev/termination-log',
+               volumeMounts=mount,
+               env=[{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}]),
+            init=[sh("printf world > /work/from-init", name="init", volumeMounts=mount)],
+            volumes=[{"name": "work", "emptyDir": {}}])
+    pod = wait_phase(kube, ns, "shared", "Failed", "Succeeded")
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert terminated(pod)["message"] == "hello world"
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"

@@ -1,0 +1,272 @@
+"""The API models: defaults, camelCase wire format, Python mirrors of the CEL rules, conditions."""
+
+import copy
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from tensorkiln.api import (
+    CompileJobSpec,
+    CompileJobStatus,
+    Condition,
+    ConditionStatus,
+    HardwareMode,
+    InferenceModelSpec,
+    InferenceModelStatus,
+    Precision,
+    field_errors,
+    set_condition,
+)
+
+URI = "https://models.example.com/resnet50/model.onnx"
+MINIMAL = {"source": {"uri": URI}}
+
+
+def spec_with(**overrides) -> dict:
+    """MINIMAL with dotted-path overrides: spec_with(**{"shapes.batch.min": 0})."""
+    spec = copy.deepcopy(MINIMAL)
+    for path, value in overrides.items():
+        *parents, leaf = path.split(".")
+        node = spec
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return spec
+
+
+def errors_of(spec: dict) -> list[str]:
+    with pytest.raises(ValidationError) as caught:
+        InferenceModelSpec.model_validate(spec)
+    return field_errors(caught.value)
+
+
+def test_defaults():
+    spec = InferenceModelSpec.model_validate(MINIMAL)
+    assert (spec.shapes.batch.min, spec.shapes.batch.opt, spec.shapes.batch.max) == (1, 8, 32)
+    assert spec.hardware.mode == HardwareMode.AUTO and spec.hardware.include_cpu is False
+    assert spec.compile.precisions == [Precision.FP32, Precision.FP16, Precision.INT8]
+    assert spec.compile.compilers.gpu == "TensorRT"
+    assert spec.compile.compilers.cpu == ["OnnxRuntime", "OpenVINO"]
+    assert (spec.compile.deadline_seconds, spec.compile.retries) == (3600, 2)
+    assert spec.compile.accuracy.min_cosine_similarity == 0.99
+    assert spec.compile.objective.metric == "LatencyP95" and spec.compile.objective.batch_size == 1
+    assert spec.serving.image == "nvcr.io/nvidia/tritonserver:25.10-py3"
+    assert spec.serving.max_batch_size == 32 and spec.serving.instances_per_gpu == 1
+    assert spec.serving.dynamic_batching.preferred_batch_sizes == [8, 16]
+    assert spec.serving.dynamic_batching.queue_policy.timeout_action == "REJECT"
+    assert spec.rollout.max_surge == "25%" and spec.rollout.keep_previous_engine is True
+    assert spec.slo is None and spec.io is None and spec.source.format == "onnx"
+
+
+def test_slo_defaults():
+    slo = InferenceModelSpec.model_validate(spec_with(**{"slo.targetMilliseconds": 25})).slo
+    assert (slo.percentile, slo.min_replicas, slo.max_replicas, slo.mode) == ("p95", 1, 10, "Operator")
+    assert (slo.scale_up_stabilization_seconds, slo.scale_down_stabilization_seconds) == (0, 300)
+
+
+def test_camel_case_round_trip():
+    spec = InferenceModelSpec.model_validate(
+        spec_with(**{"hardware.includeCPU": True, "serving.instancesPerGPU": 2, "slo.targetMilliseconds": 25})
+    )
+    wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert wire["hardware"]["includeCPU"] is True
+    assert wire["serving"]["instancesPerGPU"] == 2
+    assert wire["serving"]["dynamicBatching"]["maxQueueDelayMicroseconds"] == 2000
+    assert wire["slo"]["scaleDownStabilizationSeconds"] == 300
+    assert wire["compile"]["precisions"] == ["FP32", "FP16", "INT8"]
+    assert "sha256" not in wire["source"]  # exclude_none: unset optionals stay off the wire
+    assert InferenceModelSpec.model_validate(wire) == spec
+
+
+def test_python_names_are_accepted_too():
+    spec = InferenceModelSpec(source={"uri": URI}, hardware={"include_cpu": True})
+    assert spec.hardware.include_cpu is True
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"shapes.batch.min": 0}, "spec.shapes.batch.min"),
+        (
+            {"shapes.batch.min": 4, "shapes.batch.opt": 2, "compile.objective.batchSize": 4},
+            "spec.shapes.batch.min: min must be <= opt",
+        ),
+        ({"shapes.batch.opt": 64}, "spec.shapes.batch.opt: opt must be <= max"),
+        (
+            {"shapes.dynamicDims": [{"input": "ids", "axis": 1, "min": 8, "opt": 4, "max": 16}]},
+            "spec.shapes.dynamicDims[0].min: min must be <= opt",
+        ),
+        ({"hardware.mode": "Explicit"}, "spec.hardware.pools: pools must not be empty when mode is Explicit"),
+        (
+            {
+                "hardware.mode": "Explicit",
+                "hardware.pools": [{"name": "a", "nodeSelector": {"x": "1"}}, {"name": "a", "nodeSelector": {"x": "2"}}],
+            },
+            "spec.hardware.pools: pools has duplicate entries for name=a",
+        ),
+        ({"hardware.pools": [{"name": "Not_A_Label", "nodeSelector": {"x": "1"}}]}, "spec.hardware.pools[0].name"),
+        ({"hardware.pools": [{"name": "a", "nodeSelector": {}}]}, "spec.hardware.pools[0].nodeSelector"),
+        ({"compile.precisions": ["FP16", "FP16"]}, "spec.compile.precisions: precisions has duplicate entries for FP16"),
+        ({"compile.precisions": []}, "spec.compile.precisions"),
+        (
+            {"compile.objective.metric": "Throughput"},
+            "spec.compile.objective.latencyBudgetMilliseconds: latencyBudgetMilliseconds is required",
+        ),
+        (
+            {"compile.objective.batchSize": 64},
+            "spec.compile.objective.batchSize: compile.objective.batchSize must be within",
+        ),
+        ({"compile.calibration": {"datasetUri": "ftp://x"}}, "spec.compile.calibration.datasetUri"),
+        (
+            {"serving.maxBatchSize": 8},
+            "spec.serving.dynamicBatching.preferredBatchSizes: "
+            "dynamicBatching.preferredBatchSizes must all be <= maxBatchSize",
+        ),
+        (
+            {"serving.maxBatchSize": 64, "shapes.batch.max": 32},
+            "spec.serving.maxBatchSize: serving.maxBatchSize must be <= shapes.batch.max",
+        ),
+        ({"serving.resources": {"limits": {"memory": "lots"}}}, "spec.serving.resources.limits.memory"),
+        (
+            {"slo": {"targetMilliseconds": 20, "minReplicas": 5, "maxReplicas": 2}},
+            "spec.slo.minReplicas: minReplicas must be <= maxReplicas",
+        ),
+        ({"slo": {"targetMilliseconds": 0}}, "spec.slo.targetMilliseconds"),
+        ({"slo": {"targetMilliseconds": 20, "percentile": "p42"}}, "spec.slo.percentile"),
+        ({"rollout.maxSurge": "lots"}, "spec.rollout.maxSurge: maxSurge must be a non-negative integer"),
+        ({"rollout.maxSurge": -1}, "spec.rollout.maxSurge"),
+        ({"source.uri": "ftp://x"}, "spec.source.uri"),
+        ({"source.sha256": "ABC"}, "spec.source.sha256"),
+        ({"replicas": 3}, "spec.replicas: Extra inputs are not permitted"),
+    ],
+)
+def test_validation_names_the_field(overrides, expected):
+    errors = errors_of(spec_with(**overrides))
+    assert any(expected in e for e in errors), errors
+
+
+def test_rules_that_hold_pass():
+    InferenceModelSpec.model_validate(
+        spec_with(
+            **{
+                "shapes.batch": {"min": 4, "opt": 16, "max": 64},
+                "serving.maxBatchSize": 64,
+                "serving.dynamicBatching.enabled": False,
+                "serving.dynamicBatching.preferredBatchSizes": [128],  # ignored while disabled
+                "compile.objective": {"metric": "Throughput", "batchSize": 16, "latencyBudgetMilliseconds": 5},
+                "hardware.mode": "Explicit",
+                "hardware.pools": [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
+                "rollout.maxSurge": 2,
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///models/resnet50.onnx",
+        "s3://my-bucket/models/resnet50.onnx",
+        "https://models.example.com:8443/resnet50.onnx",
+        "pvc://model-store/resnet50/model.onnx",
+    ],
+)
+def test_source_uri_schemes(uri):
+    assert InferenceModelSpec.model_validate({"source": {"uri": uri}}).source.uri == uri
+
+
+COMPILE_JOB_SPEC = {
+    "modelName": "resnet50",
+    "source": {"uri": URI},
+    "hardware": {
+        "className": "nvidia-l4",
+        "kind": "GPU",
+        "product": "NVIDIA-L4",
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": 1}},
+    },
+    "compilers": ["TensorRT"],
+    "precisions": ["FP16", "INT8"],
+    "registry": {"uri": "file:///var/lib/tensorkiln/registry"},
+    "optionsHash": "0123456789abcdef",
+}
+
+
+def test_compile_job_spec_round_trip():
+    spec = CompileJobSpec.model_validate(COMPILE_JOB_SPEC)
+    assert spec.hardware.simulated is False and spec.image == "ghcr.io/tensorkiln/compiler:0.1.0"
+    assert spec.shapes.batch.max == 32 and spec.deadline_seconds == 3600
+    wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert wire["hardware"]["nodeAffinity"] == COMPILE_JOB_SPEC["hardware"]["nodeAffinity"]
+    assert CompileJobSpec.model_validate(wire) == spec
+
+
+def test_compile_job_spec_rejects_bad_registry():
+    bad = {**COMPILE_JOB_SPEC, "registry": {"uri": "https://registry.example.com/x"}}
+    with pytest.raises(ValidationError) as caught:
+        CompileJobSpec.model_validate(bad)
+    assert any(e.startswith("spec.registry.uri") for e in field_errors(caught.value))
+
+
+def test_status_round_trip():
+    status = {
+        "observedGeneration": 3,
+        "phase": "Compiling",
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Compiling", "message": "1/2 compiled",
+             "lastTransitionTime": "2025-01-02T03:04:05Z", "observedGeneration": 3},
+        ],
+        "targets": [
+            {"hardwareClass": "nvidia-l4", "kind": "GPU", "product": "NVIDIA-L4", "nodeCount": 2,
+                    "simulated": True,
+             "compileJob": "resnet50-nvidia-l4", "compilePhase": "Succeeded",
+             "engine": {"digest": "a" * 64, "uri": "file:///var/lib/tensorkiln/registry/x/model.plan"},
+             "replicas": 1, "readyReplicas": 1},
+        ],
+        "targetSummary": "1/2 compiled",
+    }
+    parsed = InferenceModelStatus.model_validate(status)
+    assert parsed.model_dump(by_alias=True, exclude_none=True, mode="json") == status
+    job = CompileJobStatus.model_validate({"phase": "Running", "jobName": "j", "startTime": "2025-01-02T03:04:05Z"})
+    assert job.attempts == 0 and job.start_time.tzinfo is not None
+
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+
+
+def test_set_condition_appends_a_new_type():
+    conditions = set_condition([], "Ready", "False", "Compiling", "0/1 compiled", 1, NOW)
+    assert conditions == [
+        Condition(type="Ready", status=ConditionStatus.FALSE, reason="Compiling", message="0/1 compiled",
+                  observed_generation=1, last_transition_time=NOW.replace(microsecond=0))
+    ]
+
+
+def test_set_condition_keeps_transition_time_while_status_holds():
+    first = set_condition([], "Ready", "False", "Compiling", "0/2 compiled", 1, NOW)
+    later = NOW + timedelta(minutes=5)
+    second = set_condition(first, "Ready", ConditionStatus.FALSE, "Deploying", "2/2 compiled", 2, later)
+    assert second[0].last_transition_time == NOW.replace(microsecond=0)
+    assert (second[0].reason, second[0].message, second[0].observed_generation) == ("Deploying", "2/2 compiled", 2)
+    assert first[0].reason == "Compiling"  # the input list is not modified
+
+
+def test_set_condition_moves_transition_time_on_status_change():
+    first = set_condition([], "Compiled", "True", "AllCompiled", "", 1, NOW)
+    first = set_condition(first, "Ready", "False", "Deploying", "", 1, NOW)
+    later = NOW + timedelta(minutes=5)
+    second = set_condition(first, "Ready", "True", "Serving", "", 1, later)
+    assert [c.type for c in second] == ["Compiled", "Ready"]  # order kept
+    assert second[0] == first[0]
+    assert second[1].status == "True" and second[1].last_transition_time == later.replace(microsecond=0)
+
+
+def test_condition_wire_format():
+    (condition,) = set_condition([], "Ready", "Unknown", "Pending", "", None, NOW)
+    assert condition.model_dump(by_alias=True, exclude_none=True, mode="json") == {
+        "type": "Ready", "status": "Unknown", "reason": "Pending", "message": "",
+        "lastTransitionTime": "2025-01-02T03:04:05Z",
+    }

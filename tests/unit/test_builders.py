@@ -1,0 +1,75 @@
+"""Golden tests for the pure builders: the objects the operator applies, byte for byte."""
+
+from pathlib import Path
+
+import yaml
+
+from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
+from tensorkiln.builders.job import build_job, job_name
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.hardware.classes import discover
+from tensorkiln.settings import Settings
+
+from .fleet import default_fleet
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = Settings(registry_uri="file:///var/lib/tensorkiln/registry", compiler_image="ghcr.io/tensorkiln/compiler:0.1.0")
+CLASSES = {c.name: c for c in discover(default_fleet())}
+
+
+def sample_model() -> dict:
+    model = yaml.safe_load((REPO / "manifests/samples/resnet50-gpu.yaml").read_text())
+    model["metadata"] |= {"uid": "0f6c1a52-7a43-4c58-9b7e-8f1a8a0e1b11", "generation": 1}
+    return model
+
+
+def compile_job_for(class_name: str) -> dict:
+    model = sample_model()
+    cj = build_compile_job(model, normalised_spec(model), CLASSES[class_name], SETTINGS)
+    cj["metadata"]["uid"] = "5a1d2a8e-2f0e-4d4f-8a51-3c0c4b9b7f22"
+    return cj
+
+
+def test_gpu_compile_job_golden(golden):
+    golden("compilejob-h100", compile_job_for("nvidia-h100-80gb-hbm3"))
+
+
+def test_cpu_compile_job_golden(golden):
+    golden("compilejob-cpu-amx", compile_job_for("cpu-amd64-intel-amx"))
+
+
+def test_gpu_job_golden(golden):
+    golden("job-h100", build_job(compile_job_for("nvidia-h100-80gb-hbm3")))
+
+
+def test_cpu_job_golden(golden):
+    golden("job-cpu-amx", build_job(compile_job_for("cpu-amd64-intel-amx")))
+
+
+def test_names_are_deterministic_and_bounded():
+    assert compile_job_name("resnet50", "nvidia-l4") == "resnet50-nvidia-l4"
+    long = compile_job_name("a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3")
+    assert len(long) <= 54 and long == compile_job_name("a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3")
+    assert len(job_name(compile_job_for("nvidia-h100-80gb-hbm3"))) <= 63
+
+
+def test_changed_compile_options_change_the_job_name_only_then():
+    base = compile_job_for("nvidia-l4")
+    model = sample_model()
+    model["spec"]["compile"] = {"precisions": ["FP16"]}
+    changed = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    assert job_name(base) == job_name(compile_job_for("nvidia-l4"))
+    assert job_name(changed) != job_name(base)
+
+
+def test_gpu_job_requests_a_gpu_tolerates_the_taint_and_is_restricted():
+    job = build_job(compile_job_for("nvidia-l4"))
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert job["spec"]["backoffLimit"] == 2 and job["spec"]["activeDeadlineSeconds"] == 3600
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "CompileJob"

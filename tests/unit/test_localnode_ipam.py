@@ -1,0 +1,34 @@
+"""Loopback pod IP allocator."""
+
+from ipaddress import IPv4Address
+
+import pytest
+
+from tensorkiln.localnode.ipam import IpAllocator, IpExhausted
+
+
+def test_allocation_is_stable_and_survives_a_restart(tmp_path):
+    path = tmp_path / "ipam.json"
+    ipam = IpAllocator(path)
+    a, b = ipam.allocate("uid-a"), ipam.allocate("uid-b")
+    assert (a, b) == ("127.0.0.10", "127.0.0.11")
+    assert ipam.allocate("uid-a") == a
+    assert IpAllocator(path).allocate("uid-b") == b
+
+
+def test_released_ip_is_reused(tmp_path):
+    ipam = IpAllocator(tmp_path / "ipam.json")
+    first = ipam.allocate("uid-a")
+    ipam.allocate("uid-b")
+    ipam.release("uid-a")
+    ipam.release("uid-unknown")
+    assert ipam.uids() == {"uid-b"}
+    assert ipam.allocate("uid-c") == first
+
+
+def test_exhausted_pool_says_so(tmp_path):
+    ipam = IpAllocator(tmp_path / "ipam.json", IPv4Address("127.0.0.10"), IPv4Address("127.0.0.11"))
+    ipam.allocate("a")
+    ipam.allocate("b")
+    with pytest.raises(IpExhausted, match=r"no free pod IP in 127.0.0.10-127.0.0.11 \(2 addresses"):
+        ipam.allocate("c")

@@ -1,0 +1,158 @@
+"""PodWorker end to end against a fake API: real local processes, recorded status patches."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorkiln.localnode.ipam import IpAllocator
+from tensorkiln.localnode.worker import NodeEnv, PodWorker
+
+
+class FakeKube:
+    def __init__(self):
+        self.calls = []
+
+    def call(self, method, path, *, query=None, body=None, patch=None, timeout_s=30):
+        self.calls.append((method, path, body))
+        return {}
+
+    def statuses(self):
+        return [body["status"] for method, path, body in self.calls if path.endswith("/status")]
+
+
+class NoObjects:
+    def lookup(self, kind, namespace, name):
+        return None
+
+    def service_account_token(self, pod, audience, expiration_seconds):
+        return "token"
+
+
+@pytest.fixture
+def env(tmp_path):
+    return NodeEnv(kube=FakeKube(), resolver=NoObjects(), ipam=IpAllocator(tmp_path / "ipam.json"),
+                   node_name="local-0", state_dir=tmp_path, search_path="/usr/bin:/bin")
+
+
+def make_pod(*containers, init=(), uid="uid-1", **spec):
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            "spec": {"containers": list(containers), "initContainers": list(init), "restartPolicy": "Never",
+                     **spec}}
+
+
+def sh(script, name="main", **fields):
+    return {"name": name, "image": "busybox", "command": ["sh", "-c", script], **fields}
+
+
+def run_to_end(worker, timeout_s=10):
+    worker.start()
+    assert worker.finished.wait(timeout_s), "worker did not finish"
+    return worker.env.kube.statuses()[-1]
+
+
+def wait_for(predicate, timeout_s=5):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_failing_container_reports_exit_code_and_termination_message(env):
+    status = run_to_end(PodWorker(make_pod(sh("echo done > /dev/termination-log; exit 3")), env))
+    assert status["phase"] == "Failed"
+    term = status["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"], term["message"]) == (3, "Error", "done\n")
+    assert status["podIP"] == "127.0.0.10"
+
+
+def test_init_container_output_reaches_main_container_through_empty_dir(env):
+    pod = make_pod(sh("cat /work/msg > /dev/termination-log; echo logged", volumeMounts=[
+                       {"name": "work", "mountPath": "/work"}]),
+                   init=[sh("echo from-init > /work/msg", name="init", volumeMounts=[
+                       {"name": "work", "mountPath": "/work"}])],
+                   volumes=[{"name": "work", "emptyDir": {}}])
+    status = run_to_end(PodWorker(pod, env))
+    assert status["phase"] == "Succeeded"
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert status["containerStatuses"][0]["state"]["terminated"]["message"] == "from-init\n"
+    assert (env.state_dir / "pods/uid-1/main/log").read_text() == "logged\n"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Initialized"] == "True"
+
+
+def test_on_failure_restarts_and_records_last_state(env):
+    pod = make_pod(sh("test -f marker && exit 0; touch marker; exit 7"), restartPolicy="OnFailure")
+    status = run_to_end(PodWorker(pod, env))
+    cs = status["containerStatuses"][0]
+    assert status["phase"] == "Succeeded"
+    assert cs["restartCount"] == 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 7
+
+
+def test_deletion_kills_the_process_group_and_deletes_the_pod(env):
+    pod = make_pod(sh("sleep 3600 & sleep 3600; wait"), terminationGracePeriodSeconds=2)
+    worker = PodWorker(pod, env)
+    worker.start()
+    wait_for(lambda: any(s["phase"] == "Running" for s in env.kube.statuses()))
+    pid = int(env.kube.statuses()[-1]["containerStatuses"][0]["containerID"].split("//")[1])
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                    "deletionGracePeriodSeconds": 2}}
+    worker.observe(deleting)
+    assert worker.finished.wait(5)
+    assert not Path(f"/proc/{pid}").exists()
+    method, path, body = env.kube.calls[-1]
+    assert (method, path, body["gracePeriodSeconds"]) == ("DELETE", "/api/v1/namespaces/ns/pods/p", 0)
+    assert env.kube.statuses()[-1]["phase"] == "Failed"
+    assert env.kube.statuses()[-1]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+    assert not (env.state_dir / "pods/uid-1").exists() and env.ipam.uids() == set()
+
+
+def test_active_deadline_fails_the_pod(env):
+    status = run_to_end(PodWorker(make_pod(sh("sleep 3600"), activeDeadlineSeconds=1), env))
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")
+
+
+def test_unmappable_image_fails_the_pod_with_reason(env):
+    pod = make_pod({"name": "main", "image": "example.com/server:1", "args": ["serve"]})
+    status = run_to_end(PodWorker(pod, env))
+    assert (status["phase"], status["reason"]) == ("Failed", "ImageNotMappable")
+    assert "example.com/server:1" in status["message"]
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImageNotMappable"
+
+
+def test_missing_executable_is_a_start_error(env):
+    pod = make_pod({"name": "main", "image": "x", "command": ["no-such-tool"]})
+    term = run_to_end(PodWorker(pod, env))["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"]) == (128, "StartError")
+    assert "executable file not found" in term["message"]
+
+
+def test_failing_liveness_probe_restarts_the_container(env):
+    probe = {"exec": {"command": ["sh", "-c", "exit 1"]}, "periodSeconds": 1, "failureThreshold": 1}
+    pod = make_pod(sh("test -f marker && exit 0; touch marker; sleep 3600", livenessProbe=probe),
+                   restartPolicy="OnFailure", terminationGracePeriodSeconds=1)
+    status = run_to_end(PodWorker(pod, env))
+    cs = status["containerStatuses"][0]
+    assert status["phase"] == "Succeeded" and cs["restartCount"] == 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 143
+
+
+def test_readiness_probe_makes_the_pod_ready(env):
+    probe = {"exec": {"command": ["test", "-f", "ready"]}, "periodSeconds": 1}
+    pod = make_pod(sh("touch ready; sleep 3600", readinessProbe=probe))
+    worker = PodWorker(pod, env)
+    worker.start()
+    wait_for(lambda: env.kube.statuses() and env.kube.statuses()[-1]["containerStatuses"][0]["ready"])
+    assert {c["type"]: c["status"] for c in env.kube.statuses()[-1]["conditions"]}["Ready"] == "True"
+    worker.stop("shutdown")
+    worker.join(5)
+    assert worker.finished.is_set()
+
+
+def test_resumed_never_pod_reports_lost_container(env):
+    pod = make_pod(sh("sleep 3600"))
+    pod["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z", "containerStatuses": [
+        {"name": "main", "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}]}
+    status = run_to_end(PodWorker(pod, env))
+    term = status["containerStatuses"][0]["state"]["terminated"]
+    assert (status["phase"], term["exitCode"], term["reason"]) == ("Failed", 137, "ContainerStatusUnknown")
