@@ -1,9 +1,12 @@
 """Benchmark: apply N InferenceModels at once and time until every compile pod is scheduled.
 
 Runs against the local cluster with the operator running (`make demo` leaves both up, or
-`tensorkiln cluster up && tensorkiln operator start`). The GPU nodes are simulated by kwok, so
-this measures the control plane and the operator (API writes, kube-scheduler placement), not
-any compile work. Usage: .venv/bin/python e2e/bench_scheduling.py [--models 100]
+`tensorkiln cluster up && tensorkiln operator start`). It first converges the cluster to
+e2e/pools-scale.yaml (130 simulated GPU nodes: a compile pod holds its GPU while it runs, so
+the default pools cannot place 300 at once) and restores the default pools at the end.
+The GPU nodes are simulated by kwok, so this measures the control plane and the operator
+(API writes, kube-scheduler placement), not any compile work.
+Usage: .venv/bin/python e2e/bench_scheduling.py [--models 100]
 """
 
 import argparse
@@ -14,14 +17,14 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.hardware.classes import GPU_PRODUCT
-from tensorkiln.localcluster import paths
+from tensorkiln.localcluster import cluster, paths
 
 SAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "samples" / "resnet50-gpu.yaml"
+SCALE_POOLS = Path(__file__).resolve().parent / "pools-scale.yaml"
 
 
 def main() -> None:
@@ -29,10 +32,19 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
+    cluster.up(SCALE_POOLS)
+    try:
+        run(args)
+    finally:
+        cluster.up(paths.DEFAULT_POOLS)
 
+
+def run(args) -> None:
     with kube.api_client(str(paths.KUBECONFIG)) as api:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        products = {n.metadata.labels[GPU_PRODUCT] for n in core.list_node().items if GPU_PRODUCT in (n.metadata.labels or {})}
+        products = {
+            n.metadata.labels[GPU_PRODUCT] for n in core.list_node().items if GPU_PRODUCT in (n.metadata.labels or {})
+        }
         expected = args.models * len(products)
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         core.create_namespace({"metadata": {"name": namespace}})
@@ -58,8 +70,10 @@ def main() -> None:
             print(f"models: {args.models}  GPU products: {len(products)}  compile pods: {expected}")
             print(f"all {args.models} InferenceModels created in {applied:.1f}s")
             print(f"50% of compile pods scheduled after {marks[0.5]:.1f}s, 90% after {marks[0.9]:.1f}s")
-            print(f"every compile pod scheduled {total:.1f}s after the first apply "
-                  f"({expected / total:.1f} pods/s end to end)")
+            print(
+                f"every compile pod scheduled {total:.1f}s after the first apply "
+                f"({expected / total:.1f} pods/s end to end)"
+            )
         finally:
             core.delete_namespace(namespace)
 

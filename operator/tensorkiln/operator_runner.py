@@ -14,8 +14,9 @@ LOGFILE = paths.OPERATOR_STATE / "operator.log"
 def run(namespaces: list[str]) -> None:
     import kopf
 
-    import tensorkiln.controllers.handlers  # noqa: F401  registers the handlers
+    from tensorkiln.controllers import handlers  # registers the handlers
 
+    handlers.WATCHED_NAMESPACES[:] = namespaces
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
@@ -30,9 +31,7 @@ def start() -> int:
     env = {
         **os.environ,
         "KUBECONFIG": str(paths.KUBECONFIG),
-        "TENSORKILN_REGISTRY_URI": os.environ.get(
-            "TENSORKILN_REGISTRY_URI", f"file://{paths.STATE_DIR / 'registry'}"
-        ),
+        "TENSORKILN_REGISTRY_URI": os.environ.get("TENSORKILN_REGISTRY_URI", f"file://{paths.STATE_DIR / 'registry'}"),
         "PYTHONUNBUFFERED": "1",
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)

@@ -3,12 +3,18 @@
 import os
 from dataclasses import dataclass
 
+from tensorkiln_compiler import __version__ as COMPILER_VERSION
+
 
 @dataclass(frozen=True)
 class Settings:
     # Where compile jobs publish engines; a PVC-backed path in a real cluster.
     registry_uri: str = "file:///var/lib/tensorkiln/registry"
-    compiler_image: str = "ghcr.io/tensorkiln/compiler:0.1.0"
+    compiler_image: str = f"ghcr.io/tensorkiln/compiler:{COMPILER_VERSION}"
+    # Part of the registry cache key: a new compiler version rebuilds every engine.
+    compiler_version: str = COMPILER_VERSION
+    # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
+    registry_secret: str | None = None
     # How often every InferenceModel is re-reconciled, so new node pools are picked up.
     resync_seconds: float = 10.0
 
@@ -17,5 +23,6 @@ class Settings:
         return cls(
             registry_uri=os.environ.get("TENSORKILN_REGISTRY_URI", cls.registry_uri),
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
+            registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
         )

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 from kubernetes import client
-
 from tensorkiln import kube, operator_runner
 from tensorkiln.localcluster import paths
 
@@ -31,11 +30,20 @@ class Operator:
         self.proc = None
 
     def start(self):
-        env = {**os.environ, "KUBECONFIG": str(paths.KUBECONFIG), "TENSORKILN_RESYNC_SECONDS": "5",
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(paths.KUBECONFIG),
+            "TENSORKILN_RESYNC_SECONDS": "5",
+            "PYTHONUNBUFFERED": "1",
+        }
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tensorkiln", "operator", "run"],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorkiln", "operator", "run"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def kill(self):
         """SIGKILL, as a crash or an OOM kill would."""
@@ -67,4 +75,3 @@ def namespace(api):
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
-

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-
 from tensorkiln.api import GROUP, VERSION
 
 pytestmark = pytest.mark.cluster
@@ -28,7 +27,8 @@ def test_invalid_manifest_is_rejected_naming_the_field(api, namespace, path):
     body["metadata"]["namespace"] = namespace
     with pytest.raises(client.ApiException) as rejected:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "inferencemodels", body, field_validation="Strict")
+            GROUP, VERSION, namespace, "inferencemodels", body, field_validation="Strict"
+        )
     assert rejected.value.status in (400, 422)
     assert expectation(path) in rejected.value.body
 
@@ -38,4 +38,5 @@ def test_samples_are_accepted(api, namespace, path):
     body = yaml.safe_load(path.read_text())
     body["metadata"]["namespace"] = namespace
     client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "inferencemodels", body, field_validation="Strict", dry_run="All")
+        GROUP, VERSION, namespace, "inferencemodels", body, field_validation="Strict", dry_run="All"
+    )

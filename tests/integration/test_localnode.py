@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-
 from tensorkiln.localnode.kube import Kube
 
 pytestmark = pytest.mark.cluster
@@ -56,6 +55,7 @@ def wait_for(what, probe, timeout_s=60):
 
 def create(kube, path, body):
     """Create, retrying while a fresh namespace has no default ServiceAccount yet."""
+
     def attempt():
         try:
             return kube.call("POST", path, body=body)
@@ -63,13 +63,22 @@ def create(kube, path, body):
             if exc.status == 403 and "serviceaccount" in str(exc.body).lower():
                 return None
             raise
+
     return wait_for(f"creating {body['metadata']['name']}", attempt, timeout_s=30)
 
 
 def run_pod(kube, ns, name, *containers, init=(), **spec):
-    body = {"metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, **ON_LOCAL_NODE,
-                     "containers": list(containers), "initContainers": list(init), **spec}}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            **ON_LOCAL_NODE,
+            "containers": list(containers),
+            "initContainers": list(init),
+            **spec,
+        },
+    }
     return create(kube, f"/api/v1/namespaces/{ns}/pods", body)
 
 
@@ -85,6 +94,7 @@ def wait_phase(kube, ns, name, *phases, timeout_s=60):
     def reached():
         pod = get_pod(kube, ns, name)
         return pod if pod and pod["status"].get("phase") in phases else None
+
     pod = wait_for(f"pod {ns}/{name} to reach {phases}", reached, timeout_s)
     assert pod["spec"]["nodeName"] == NODE
     return pod
@@ -124,16 +134,20 @@ def test_true_succeeds(kube, ns):
 
 
 def test_http_server_becomes_ready_on_its_pod_ip(kube, ns):
-    server = {"name": "web", "image": "python:3.11",
-              "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
-              "ports": [{"name": "http", "containerPort": 8080}],
-              "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}}
+    server = {
+        "name": "web",
+        "image": "python:3.11",
+        "command": ["python3", "-m", "http.server", "8080", "--bind", "$(POD_IP)"],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+    }
     run_pod(kube, ns, "web", server)
 
     def ready():
         pod = get_pod(kube, ns, "web")
         conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
         return pod if conditions.get("Ready") == "True" else None
+
     pod = wait_for("pod web to be Ready", ready)
     pod_ip = pod["status"]["podIP"]
     assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("127.0.0.0/8")
@@ -143,10 +157,15 @@ def test_http_server_becomes_ready_on_its_pod_ip(kube, ns):
 
 
 def test_job_completes(kube, ns):
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job"},
-           "spec": {"backoffLimit": 0, "template": {"spec": {
-               "restartPolicy": "Never", **ON_LOCAL_NODE,
-               "containers": [sh("echo compiled")]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "job"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", **ON_LOCAL_NODE, "containers": [sh("echo compiled")]}},
+        },
+    }
     create(kube, f"/apis/batch/v1/namespaces/{ns}/jobs", job)
 
     def complete():
@@ -154,7 +173,32 @@ def test_job_completes(kube, ns):
         if any(c["type"] == "Failed" and c["status"] == "True" for c in status.get("conditions", [])):
             pytest.fail(f"job failed: {status}")
         return any(c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions", []))
+
     wait_for("job to complete", complete, timeout_s=90)
+
+
+def test_job_pod_failure_policy_sees_the_exit_code(kube, ns):
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "bad-input"},
+        "spec": {
+            "backoffLimit": 3,
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [2]}}
+                ]
+            },
+            "template": {"spec": {"restartPolicy": "Never", **ON_LOCAL_NODE, "containers": [sh("exit 2")]}},
+        },
+    }
+    create(kube, f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+
+    def failed():
+        status = kube.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/bad-input").get("status", {})
+        return next((c for c in status.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
+
+    assert wait_for("job to fail", failed, timeout_s=90)["reason"] == "PodFailurePolicy"
 
 
 def test_deleting_a_running_pod_kills_its_process(kube, ns):
@@ -168,15 +212,22 @@ def test_deleting_a_running_pod_kills_its_process(kube, ns):
 
 
 def test_config_map_env_and_empty_dir_shared_with_init_container(kube, ns):
-    create(kube, f"/api/v1/namespaces/{ns}/configmaps",
-           {"metadata": {"name": "settings"}, "data": {"greeting": "hello"}})
+    create(
+        kube, f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "settings"}, "data": {"greeting": "hello"}}
+    )
     mount = [{"name": "work", "mountPath": "/work"}]
-    run_pod(kube, ns, "shared",
-            sh('printf "%s %s" "$GREETING" "$(cat /work/from-init)" > /dev/termination-log',
-               volumeMounts=mount,
-               env=[{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}]),
-            init=[sh("printf world > /work/from-init", name="init", volumeMounts=mount)],
-            volumes=[{"name": "work", "emptyDir": {}}])
+    run_pod(
+        kube,
+        ns,
+        "shared",
+        sh(
+            'printf "%s %s" "$GREETING" "$(cat /work/from-init)" > /dev/termination-log',
+            volumeMounts=mount,
+            env=[{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}],
+        ),
+        init=[sh("printf world > /work/from-init", name="init", volumeMounts=mount)],
+        volumes=[{"name": "work", "emptyDir": {}}],
+    )
     pod = wait_phase(kube, ns, "shared", "Failed", "Succeeded")
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert terminated(pod)["message"] == "hello world"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.hardware.classes import GPU_PRODUCT
@@ -24,7 +23,9 @@ def create_model(api, namespace, name="resnet50", **spec_changes) -> dict:
     body = copy.deepcopy(SAMPLE)
     body["metadata"] = {"name": name, "namespace": namespace}
     body["spec"].update(spec_changes)
-    return client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", body)
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "inferencemodels", body
+    )
 
 
 def get_model(api, namespace, name="resnet50") -> dict:
@@ -34,7 +35,8 @@ def get_model(api, namespace, name="resnet50") -> dict:
 def compile_jobs(api, namespace, model=None) -> list[dict]:
     selector = f"{MODEL}={model}" if model else None
     return client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "compilejobs", label_selector=selector)["items"]
+        GROUP, VERSION, namespace, "compilejobs", label_selector=selector
+    )["items"]
 
 
 def gpu_products(api) -> set[str]:
@@ -51,8 +53,11 @@ def test_one_compile_job_per_gpu_product_each_pod_on_that_product(api, operator,
     create_model(api, namespace)
     products = gpu_products(api)
     assert len(products) >= 3
-    wait_for(lambda: len(scheduled_pods(api, namespace)) == len(products), timeout=120,
-             what="one scheduled compile pod per GPU product")
+    wait_for(
+        lambda: len(scheduled_pods(api, namespace)) == len(products),
+        timeout=120,
+        what="one scheduled compile pod per GPU product",
+    )
 
     jobs = compile_jobs(api, namespace)
     assert sorted(cj["spec"]["hardware"]["product"] for cj in jobs) == sorted(products)
@@ -73,9 +78,13 @@ def test_one_compile_job_per_gpu_product_each_pod_on_that_product(api, operator,
     status = wait_for(rolled_up, what="targets rolled up into InferenceModel status")
     assert status["phase"] == "Compiling"
     assert {c["type"] for c in status["conditions"]} >= {"Ready", "Compiled", "Deployed"}
-    wait_for(lambda: all(any(c["type"] == "Scheduled" and c["status"] == "True"
-                             for c in cj.get("status", {}).get("conditions", []))
-                         for cj in compile_jobs(api, namespace)), what="CompileJob Scheduled conditions")
+    wait_for(
+        lambda: all(
+            any(c["type"] == "Scheduled" and c["status"] == "True" for c in cj.get("status", {}).get("conditions", []))
+            for cj in compile_jobs(api, namespace)
+        ),
+        what="CompileJob Scheduled conditions",
+    )
     assert all(cj["status"]["simulatedNode"] for cj in compile_jobs(api, namespace))
 
 
@@ -96,17 +105,23 @@ def test_a_new_gpu_pool_gets_its_compile_job_without_editing_the_model(api, oper
     create_model(api, namespace)
     before = len(gpu_products(api))
     wait_for(lambda: len(compile_jobs(api, namespace)) == before, what="initial CompileJobs")
-    pool = pools.Pool(name=f"b200-{namespace}", nodes=1, cpu="224", memory="2Ti",
-                      gpu=pools.GPU(product=f"NVIDIA-B200-{namespace}", count=8, memoryMiB=183359,
-                                    family="blackwell", computeCapability="10.0"))
+    pool = pools.Pool(
+        name=f"b200-{namespace}",
+        nodes=1,
+        cpu="224",
+        memory="2Ti",
+        gpu=pools.GPU(
+            product=f"NVIDIA-B200-{namespace}", count=8, memoryMiB=183359, family="blackwell", computeCapability="10.0"
+        ),
+    )
     node = pools.build_node(pool, 0, pools.Driver(version="580.95.05", cudaRuntime="13.0"))
     core = client.CoreV1Api(api)
     core.create_node(node)
     try:
-        wait_for(lambda: len(compile_jobs(api, namespace)) == before + 1, timeout=60,
-                 what="a CompileJob for the new pool")
-        new = next(cj for cj in compile_jobs(api, namespace)
-                   if cj["spec"]["hardware"]["product"] == pool.gpu.product)
+        wait_for(
+            lambda: len(compile_jobs(api, namespace)) == before + 1, timeout=60, what="a CompileJob for the new pool"
+        )
+        new = next(cj for cj in compile_jobs(api, namespace) if cj["spec"]["hardware"]["product"] == pool.gpu.product)
         assert new["metadata"]["labels"]["tensorkiln.dev/hardware-class"] == f"nvidia-b200-{namespace}"
     finally:
         core.delete_node(node["metadata"]["name"])
@@ -118,8 +133,11 @@ def test_operator_killed_mid_way_converges_without_duplicates(api, operator, nam
     operator.kill()  # SIGKILL while handlers are in flight
     operator.start()
     products = gpu_products(api)
-    wait_for(lambda: len(scheduled_pods(api, namespace)) == 5 * len(products), timeout=180,
-             what="every compile pod scheduled after the restart")
+    wait_for(
+        lambda: len(scheduled_pods(api, namespace)) == 5 * len(products),
+        timeout=180,
+        what="every compile pod scheduled after the restart",
+    )
     operator.restart()
     jobs = compile_jobs(api, namespace)
     assert len(jobs) == 5 * len(products)
@@ -133,16 +151,24 @@ def test_deleting_the_model_garbage_collects_everything(api, operator, namespace
     create_model(api, namespace)
     wait_for(lambda: scheduled_pods(api, namespace), what="compile pods")
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, "inferencemodels", "resnet50", propagation_policy="Foreground")
-    wait_for(lambda: not compile_jobs(api, namespace)
-             and not client.BatchV1Api(api).list_namespaced_job(namespace).items
-             and not client.CoreV1Api(api).list_namespaced_pod(namespace).items,
-             timeout=120, what="garbage collection of CompileJobs, Jobs and pods")
+        GROUP, VERSION, namespace, "inferencemodels", "resnet50", propagation_policy="Foreground"
+    )
+    wait_for(
+        lambda: not compile_jobs(api, namespace)
+        and not client.BatchV1Api(api).list_namespaced_job(namespace).items
+        and not client.CoreV1Api(api).list_namespaced_pod(namespace).items,
+        timeout=120,
+        what="garbage collection of CompileJobs, Jobs and pods",
+    )
 
 
 def kubectl(*args: str) -> str:
-    return subprocess.run([str(paths.BIN_DIR / "kubectl"), "--kubeconfig", str(paths.KUBECONFIG), *args],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        [str(paths.BIN_DIR / "kubectl"), "--kubeconfig", str(paths.KUBECONFIG), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def test_kubectl_explain_teaches_the_api():

@@ -1,23 +1,21 @@
 """The API models: defaults, camelCase wire format, Python mirrors of the CEL rules, conditions."""
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
-
 from tensorkiln.api import (
     CompileJobSpec,
     CompileJobStatus,
     Condition,
-    ConditionStatus,
     HardwareMode,
     InferenceModelSpec,
     InferenceModelStatus,
     Precision,
     field_errors,
-    set_condition,
 )
+from tensorkiln.status.conditions import condition, merge_conditions
 
 URI = "https://models.example.com/resnet50/model.onnx"
 MINIMAL = {"source": {"uri": URI}}
@@ -101,13 +99,19 @@ def test_python_names_are_accepted_too():
         (
             {
                 "hardware.mode": "Explicit",
-                "hardware.pools": [{"name": "a", "nodeSelector": {"x": "1"}}, {"name": "a", "nodeSelector": {"x": "2"}}],
+                "hardware.pools": [
+                    {"name": "a", "nodeSelector": {"x": "1"}},
+                    {"name": "a", "nodeSelector": {"x": "2"}},
+                ],
             },
             "spec.hardware.pools: pools has duplicate entries for name=a",
         ),
         ({"hardware.pools": [{"name": "Not_A_Label", "nodeSelector": {"x": "1"}}]}, "spec.hardware.pools[0].name"),
         ({"hardware.pools": [{"name": "a", "nodeSelector": {}}]}, "spec.hardware.pools[0].nodeSelector"),
-        ({"compile.precisions": ["FP16", "FP16"]}, "spec.compile.precisions: precisions has duplicate entries for FP16"),
+        (
+            {"compile.precisions": ["FP16", "FP16"]},
+            "spec.compile.precisions: precisions has duplicate entries for FP16",
+        ),
         ({"compile.precisions": []}, "spec.compile.precisions"),
         (
             {"compile.objective.metric": "Throughput"},
@@ -216,15 +220,28 @@ def test_status_round_trip():
         "observedGeneration": 3,
         "phase": "Compiling",
         "conditions": [
-            {"type": "Ready", "status": "False", "reason": "Compiling", "message": "1/2 compiled",
-             "lastTransitionTime": "2025-01-02T03:04:05Z", "observedGeneration": 3},
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "Compiling",
+                "message": "1/2 compiled",
+                "lastTransitionTime": "2025-01-02T03:04:05Z",
+                "observedGeneration": 3,
+            },
         ],
         "targets": [
-            {"hardwareClass": "nvidia-l4", "kind": "GPU", "product": "NVIDIA-L4", "nodeCount": 2,
-                    "simulated": True,
-             "compileJob": "resnet50-nvidia-l4", "compilePhase": "Succeeded",
-             "engine": {"digest": "a" * 64, "uri": "file:///var/lib/tensorkiln/registry/x/model.plan"},
-             "replicas": 1, "readyReplicas": 1},
+            {
+                "hardwareClass": "nvidia-l4",
+                "kind": "GPU",
+                "product": "NVIDIA-L4",
+                "nodeCount": 2,
+                "simulated": True,
+                "compileJob": "resnet50-nvidia-l4",
+                "compilePhase": "Succeeded",
+                "engine": {"digest": "a" * 64, "uri": "file:///var/lib/tensorkiln/registry/x/model.plan"},
+                "replicas": 1,
+                "readyReplicas": 1,
+            },
         ],
         "targetSummary": "1/2 compiled",
     }
@@ -234,39 +251,11 @@ def test_status_round_trip():
     assert job.attempts == 0 and job.start_time.tzinfo is not None
 
 
-NOW = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 
 
-def test_set_condition_appends_a_new_type():
-    conditions = set_condition([], "Ready", "False", "Compiling", "0/1 compiled", 1, NOW)
-    assert conditions == [
-        Condition(type="Ready", status=ConditionStatus.FALSE, reason="Compiling", message="0/1 compiled",
-                  observed_generation=1, last_transition_time=NOW.replace(microsecond=0))
-    ]
-
-
-def test_set_condition_keeps_transition_time_while_status_holds():
-    first = set_condition([], "Ready", "False", "Compiling", "0/2 compiled", 1, NOW)
-    later = NOW + timedelta(minutes=5)
-    second = set_condition(first, "Ready", ConditionStatus.FALSE, "Deploying", "2/2 compiled", 2, later)
-    assert second[0].last_transition_time == NOW.replace(microsecond=0)
-    assert (second[0].reason, second[0].message, second[0].observed_generation) == ("Deploying", "2/2 compiled", 2)
-    assert first[0].reason == "Compiling"  # the input list is not modified
-
-
-def test_set_condition_moves_transition_time_on_status_change():
-    first = set_condition([], "Compiled", "True", "AllCompiled", "", 1, NOW)
-    first = set_condition(first, "Ready", "False", "Deploying", "", 1, NOW)
-    later = NOW + timedelta(minutes=5)
-    second = set_condition(first, "Ready", "True", "Serving", "", 1, later)
-    assert [c.type for c in second] == ["Compiled", "Ready"]  # order kept
-    assert second[0] == first[0]
-    assert second[1].status == "True" and second[1].last_transition_time == later.replace(microsecond=0)
-
-
-def test_condition_wire_format():
-    (condition,) = set_condition([], "Ready", "Unknown", "Pending", "", None, NOW)
-    assert condition.model_dump(by_alias=True, exclude_none=True, mode="json") == {
-        "type": "Ready", "status": "Unknown", "reason": "Pending", "message": "",
-        "lastTransitionTime": "2025-01-02T03:04:05Z",
-    }
+def test_operator_conditions_fit_the_api_type():
+    """The controllers build conditions as dicts; they must round-trip through the API model."""
+    (built,) = merge_conditions([], [condition("Ready", None, "Pending", "")], 1, NOW)
+    assert built["lastTransitionTime"] == "2025-01-02T03:04:05Z"
+    assert Condition.model_validate(built).model_dump(by_alias=True, exclude_none=True, mode="json") == built

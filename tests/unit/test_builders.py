@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import yaml
-
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.inferencemodel import normalised_spec
@@ -13,7 +12,9 @@ from tensorkiln.settings import Settings
 from .fleet import default_fleet
 
 REPO = Path(__file__).resolve().parents[2]
-SETTINGS = Settings(registry_uri="file:///var/lib/tensorkiln/registry", compiler_image="ghcr.io/tensorkiln/compiler:0.1.0")
+SETTINGS = Settings(
+    registry_uri="file:///var/lib/tensorkiln/registry", compiler_image="ghcr.io/tensorkiln/compiler:0.1.0"
+)
 CLASSES = {c.name: c for c in discover(default_fleet())}
 
 
@@ -49,7 +50,9 @@ def test_cpu_job_golden(golden):
 def test_names_are_deterministic_and_bounded():
     assert compile_job_name("resnet50", "nvidia-l4") == "resnet50-nvidia-l4"
     long = compile_job_name("a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3")
-    assert len(long) <= 54 and long == compile_job_name("a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3")
+    assert len(long) <= 54 and long == compile_job_name(
+        "a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3"
+    )
     assert len(job_name(compile_job_for("nvidia-h100-80gb-hbm3"))) <= 63
 
 
@@ -73,3 +76,27 @@ def test_gpu_job_requests_a_gpu_tolerates_the_taint_and_is_restricted():
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert job["spec"]["backoffLimit"] == 2 and job["spec"]["activeDeadlineSeconds"] == 3600
     assert job["metadata"]["ownerReferences"][0]["kind"] == "CompileJob"
+
+
+def test_local_file_source_and_registry_are_host_paths_at_the_same_path(golden):
+    model = sample_model()
+    model["spec"]["source"] = {"uri": "file:///srv/models/det/model.onnx"}
+    settings = Settings(registry_uri="file:///var/lib/tk/registry", compiler_image="ghcr.io/tensorkiln/compiler:0.1.0")
+    cj = build_compile_job(model, normalised_spec(model), CLASSES["cpu-amd64-intel-amx"], settings)
+    cj["metadata"]["uid"] = "5a1d2a8e-2f0e-4d4f-8a51-3c0c4b9b7f22"
+    pod = build_job(cj)["spec"]["template"]["spec"]
+    assert {"name": "model-source", "hostPath": {"path": "/srv/models/det", "type": "Directory"}} in pod["volumes"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "model-source", "mountPath": "/srv/models/det", "readOnly": True} in mounts
+    assert {"name": "registry", "mountPath": "/var/lib/tk/registry"} in mounts
+
+
+def test_pvc_registry_is_mounted_and_the_compiler_sees_a_file_uri(golden):
+    settings = Settings(registry_uri="pvc://engines/prod", compiler_image="ghcr.io/tensorkiln/compiler:0.1.0")
+    model = sample_model()
+    cj = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], settings)
+    cj["metadata"]["uid"] = "5a1d2a8e-2f0e-4d4f-8a51-3c0c4b9b7f22"
+    job = build_job(cj, registry_secret=None)
+    golden("job-l4-pvc-registry", job)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert '"registry":{"uri":"file:///var/lib/tensorkiln/registry/prod"}' in container["env"][0]["value"]

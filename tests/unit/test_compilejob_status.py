@@ -1,8 +1,9 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from tensorkiln.status.compilejob import compile_job_status
+from registry_fixtures import make_engine
+from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 CJ = {"metadata": {"name": "m-l4", "generation": 1}, "spec": {}}
 
 
@@ -44,30 +45,65 @@ def test_unschedulable_pod_reports_scheduler_message():
     assert conditions(status)["Scheduled"] == ("False", "Unschedulable")
 
 
-def test_success_reads_engine_from_termination_message():
-    message = '{"engine": {"digest": "abababababababababababababababababababababababababababababababab", "uri": "file:///r/ab"}}'
+def published(tmp_path) -> Published:
+    manifest = make_engine(tmp_path).manifest
+    return Published(manifest, manifest.digest(), f"file:///r/engines/{manifest.digest()}")
+
+
+def test_reported_engine_is_read_from_the_termination_message():
+    message = '{"engine": {"digest": "%s", "uri": "file:///r"}}' % ("ab" * 32)
+    assert reported_engine(pod("local-0", "Succeeded", {"exitCode": 0, "message": message}))["digest"] == "ab" * 32
+    assert reported_engine(pod("local-0", "Succeeded", {"exitCode": 0, "message": "not json"})) is None
+
+
+def test_success_reports_engine_selection_and_candidates(tmp_path):
     done = job(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
-    status = compile_job_status(CJ, done, pod("local-0", "Succeeded", {"exitCode": 0, "message": message}), set(), NOW)
-    assert status["phase"] == "Succeeded"
-    assert status["engine"]["digest"] == "abababababababababababababababababababababababababababababababab"
+    engine = published(tmp_path)
+    status = compile_job_status(CJ, done, pod("local-0", "Succeeded", {"exitCode": 0}), set(), NOW, engine)
+    assert status["phase"] == "Succeeded" and status["cacheHit"] is False
+    assert status["engine"]["digest"] == engine.digest
+    assert status["selection"]["candidate"] == "tensorrt-fp16"
+    assert [c["id"] for c in status["candidates"]] == ["tensorrt-fp16"]
     assert conditions(status)["Compiled"] == ("True", "EnginePublished")
+    assert conditions(status)["Selected"] == ("True", "FastestPassing")
+    assert conditions(status)["AccuracyPassed"][0] == "True"
 
 
-def test_success_without_engine_is_not_compiled():
+def test_success_without_a_published_engine_fails():
     done = job(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
     status = compile_job_status(CJ, done, pod("local-0", "Succeeded", {"exitCode": 0}), set(), NOW)
-    assert conditions(status)["Compiled"] == ("False", "NoEngineReported")
+    assert (status["phase"], status["reason"]) == ("Failed", "EngineNotFound")
+
+
+def test_cache_hit_succeeds_without_a_job(tmp_path):
+    status = cache_hit_status(CJ, published(tmp_path), NOW)
+    assert status["phase"] == "Succeeded" and status["cacheHit"] is True
+    assert conditions(status)["Compiled"] == ("True", "CacheHit")
+    assert "jobName" not in status
+
+
+def test_compiler_error_report_becomes_reason_and_message():
+    failed = job(failed=1, conditions=[{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}])
+    message = '{"error": {"reason": "ChecksumMismatch", "message": "spec.source.sha256 does not match"}}'
+    status = compile_job_status(CJ, failed, pod("local-0", "Failed", {"exitCode": 2, "message": message}), set(), NOW)
+    assert (status["reason"], status["message"]) == ("ChecksumMismatch", "spec.source.sha256 does not match")
 
 
 def test_failure_carries_reason_and_termination_message():
     failed = job(failed=3, conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
-    status = compile_job_status(CJ, failed, pod("local-0", "Failed", {"exitCode": 1, "message": "bad opset"}), set(), NOW)
+    status = compile_job_status(
+        CJ, failed, pod("local-0", "Failed", {"exitCode": 1, "message": "bad opset"}), set(), NOW
+    )
     assert (status["phase"], status["reason"], status["message"], status["attempts"]) == (
-        "Failed", "BackoffLimitExceeded", "bad opset", 3)
+        "Failed",
+        "BackoffLimitExceeded",
+        "bad opset",
+        3,
+    )
 
 
 def test_transition_time_kept_when_status_unchanged():
     first = compile_job_status(CJ, job(active=1), pod("n", "Running"), set(), NOW)
-    later = datetime(2026, 11, 30, 13, 0, tzinfo=timezone.utc)
+    later = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
     second = compile_job_status({**CJ, "status": first}, job(active=1), pod("n", "Running"), set(), later)
     assert first["conditions"] == second["conditions"]

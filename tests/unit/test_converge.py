@@ -2,13 +2,17 @@ from tensorkiln.converge import pending
 
 
 def model(generation=1, observed=1, targets=()):
-    return {"metadata": {"namespace": "d", "name": "m", "generation": generation},
-            "status": {"observedGeneration": observed, "targets": list(targets)}}
+    return {
+        "metadata": {"namespace": "d", "name": "m", "generation": generation},
+        "status": {"observedGeneration": observed, "targets": list(targets)},
+    }
 
 
 def cj(name, scheduled):
-    return {"metadata": {"namespace": "d", "name": name},
-            "status": {"conditions": [{"type": "Scheduled", "status": scheduled}]}}
+    return {
+        "metadata": {"namespace": "d", "name": name},
+        "status": {"conditions": [{"type": "Scheduled", "status": scheduled}]},
+    }
 
 
 def test_unobserved_generation_is_pending():
@@ -18,4 +22,6 @@ def test_unobserved_generation_is_pending():
 def test_converged_when_every_target_with_nodes_is_scheduled():
     targets = [{"hardwareClass": "l4", "nodeCount": 8, "compileJob": "m-l4"}, {"hardwareClass": "x", "nodeCount": 0}]
     assert pending([model(targets=targets)], [cj("m-l4", "True")]) == []
-    assert pending([model(targets=targets)], [cj("m-l4", "False")]) == ["inferencemodel d/m: compile pod for l4 not scheduled yet"]
+    assert pending([model(targets=targets)], [cj("m-l4", "False")]) == [
+        "inferencemodel d/m: compile pod for l4 not scheduled yet"
+    ]

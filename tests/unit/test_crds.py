@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
-
 from tensorkiln.api import API_VERSION, CompileJobSpec, InferenceModelSpec, field_errors
 from tensorkiln.api.crdgen import RESOURCES, render_crds
 

@@ -31,8 +31,11 @@ def test_cpu_class_is_real_and_keeps_off_gpu_nodes():
 
 
 def test_cpu_classes_split_by_isa_and_lower_class_excludes_better_isa():
-    avx2 = {"kubernetes.io/arch": "amd64", "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
-            "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true"}
+    avx2 = {
+        "kubernetes.io/arch": "amd64",
+        "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+        "feature.node.kubernetes.io/cpu-cpuid.AVX2": "true",
+    }
     classes = {c.name: c for c in discover([local_node("a", AMX_CPU_LABELS), local_node("b", avx2)])}
     assert set(classes) == {"cpu-amd64-intel-amx", "cpu-amd64-amd-avx2"}
     excluded = {e["key"] for e in classes["cpu-amd64-amd-avx2"].match_expressions}

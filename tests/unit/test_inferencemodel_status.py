@@ -1,9 +1,9 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.status.inferencemodel import inference_model_status
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MODEL = {"metadata": {"name": "m", "generation": 3}, "spec": {}}
 
 
@@ -32,7 +32,9 @@ def test_no_hardware_names_the_products_seen():
 
 def test_compiling_rollup_and_summary():
     targets = [target("h100"), target("l4")]
-    status = inference_model_status(MODEL, targets, {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")}, [], NOW)
+    status = inference_model_status(
+        MODEL, targets, {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")}, [], NOW
+    )
     assert status["phase"] == "Compiling"
     assert status["targetSummary"] == "0/2 compiled"
     assert [t["compileJob"] for t in status["targets"]] == ["m-h100", "m-l4"]
@@ -42,7 +44,15 @@ def test_compiling_rollup_and_summary():
 def test_partial_failure_is_degraded_and_all_failed_is_failed():
     targets = [target("h100"), target("l4")]
     degraded = inference_model_status(
-        MODEL, targets, {"h100": cj("a", "Failed"), "l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111")}, [], NOW)
+        MODEL,
+        targets,
+        {
+            "h100": cj("a", "Failed"),
+            "l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111"),
+        },
+        [],
+        NOW,
+    )
     assert degraded["phase"] == "Degraded"
     assert conds(degraded)["Compiled"] == ("False", "CompileFailed")
     failed = inference_model_status(MODEL, targets, {"h100": cj("a", "Failed"), "l4": cj("b", "Failed")}, [], NOW)
@@ -50,7 +60,13 @@ def test_partial_failure_is_degraded_and_all_failed_is_failed():
 
 
 def test_all_engines_published_waits_for_rollout():
-    status = inference_model_status(MODEL, [target("l4")], {"l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111")}, [], NOW)
+    status = inference_model_status(
+        MODEL,
+        [target("l4")],
+        {"l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111")},
+        [],
+        NOW,
+    )
     assert status["phase"] == "Deploying"
     assert status["targetSummary"] == "1/1 compiled"
     assert conds(status)["Compiled"] == ("True", "EnginesPublished")

@@ -3,7 +3,6 @@
 from ipaddress import IPv4Address
 
 import pytest
-
 from tensorkiln.localnode.ipam import IpAllocator, IpExhausted
 
 

@@ -1,6 +1,11 @@
 """Node and Lease builders."""
 
-from tensorkiln.localnode.node import MachineFacts, lease_object, node_object, node_status
+from tensorkiln.localnode.node import (
+    MachineFacts,
+    lease_object,
+    node_object,
+    node_status,
+)
 
 CPUINFO = """\
 processor	: 0
@@ -44,8 +49,12 @@ def test_arm_machine_maps_to_arm64():
 
 def test_node_status_capacity_conditions_and_info():
     status = node_status("local-0", FACTS, now="2026-01-01T00:00:30Z", ready_since="2026-01-01T00:00:00Z")
-    assert status["capacity"] == {"cpu": "8", "memory": "65843212Ki", "pods": "110",
-                                  "ephemeral-storage": f"{100 * 1024 * 1024}Ki"}
+    assert status["capacity"] == {
+        "cpu": "8",
+        "memory": "65843212Ki",
+        "pods": "110",
+        "ephemeral-storage": f"{100 * 1024 * 1024}Ki",
+    }
     assert status["allocatable"] == status["capacity"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"
@@ -66,9 +75,13 @@ def test_lease_is_owned_by_the_node():
     lease = lease_object("local-0", "uid-1", renew_time="2026-01-01T00:00:00.000000Z")
     assert lease["metadata"]["namespace"] == "kube-node-lease"
     assert lease["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": "local-0", "uid": "uid-1"}]
-    assert lease["spec"] == {"holderIdentity": "local-0", "leaseDurationSeconds": 40,
-                             "renewTime": "2026-01-01T00:00:00.000000Z"}
+        {"apiVersion": "v1", "kind": "Node", "name": "local-0", "uid": "uid-1"}
+    ]
+    assert lease["spec"] == {
+        "holderIdentity": "local-0",
+        "leaseDurationSeconds": 40,
+        "renewTime": "2026-01-01T00:00:00.000000Z",
+    }
 
 
 def test_probe_reads_this_machine(tmp_path):

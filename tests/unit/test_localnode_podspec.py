@@ -4,13 +4,19 @@ import base64
 from pathlib import Path
 
 import pytest
-
 from tensorkiln.localnode.images import ImageRule, Launch, repository, rule_for
-from tensorkiln.localnode.podspec import PlanError, PodContext, expand, path_rewriter, plan_pod
+from tensorkiln.localnode.podspec import (
+    PlanError,
+    PodContext,
+    expand,
+    path_rewriter,
+    plan_pod,
+)
 
 POD_DIR = Path("/state/pods/uid-1")
-CTX = PodContext(pod_dir=POD_DIR, pod_ip="127.0.0.12", host_ip="127.0.0.1", node_name="local-0",
-                 search_path="/venv/bin:/usr/bin")
+CTX = PodContext(
+    pod_dir=POD_DIR, pod_ip="127.0.0.12", host_ip="127.0.0.1", node_name="local-0", search_path="/venv/bin:/usr/bin"
+)
 
 
 class FakeResolver:
@@ -28,17 +34,22 @@ def b64(text):
     return base64.b64encode(text.encode()).decode()
 
 
-RESOLVER = FakeResolver({
-    ("configmaps", "ns", "settings"): {"data": {"MODE": "fast", "config.yaml": "a: 1\n", "bad key": "x"},
-                                       "binaryData": {"blob": b64("\x00\x01")}},
-    ("secrets", "ns", "creds"): {"data": {"TOKEN": b64("s3cret")}},
-})
+RESOLVER = FakeResolver(
+    {
+        ("configmaps", "ns", "settings"): {
+            "data": {"MODE": "fast", "config.yaml": "a: 1\n", "bad key": "x"},
+            "binaryData": {"blob": b64("\x00\x01")},
+        },
+        ("secrets", "ns", "creds"): {"data": {"TOKEN": b64("s3cret")}},
+    }
+)
 
 
 def pod(*containers, volumes=(), init=(), **spec):
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "labels": {"app": "x"}},
-            "spec": {"containers": list(containers), "initContainers": list(init), "volumes": list(volumes),
-                     **spec}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "labels": {"app": "x"}},
+        "spec": {"containers": list(containers), "initContainers": list(init), "volumes": list(volumes), **spec},
+    }
 
 
 def container(**fields):
@@ -50,22 +61,31 @@ def plan_one(c, **kwargs):
 
 
 def test_env_base_values_downward_api_and_expansion():
-    c = container(env=[
-        {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-        {"name": "URL", "value": "http://$(POD_IP):8000/$(NAME)/$(UNDEFINED)/$$(NAME)"},
-    ], args=["--bind", "$(POD_IP)"])
+    c = container(
+        env=[
+            {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "URL", "value": "http://$(POD_IP):8000/$(NAME)/$(UNDEFINED)/$$(NAME)"},
+        ],
+        args=["--bind", "$(POD_IP)"],
+    )
     plan = plan_one(c)
     env = plan.env
     assert env["POD_IP"] == "127.0.0.12"
     assert env["PATH"] == "/venv/bin:/usr/bin"
     assert env["HOME"] == str(POD_DIR)
     assert (env["NAME"], env["NS"], env["UID"], env["IP"], env["NODE"], env["APP"]) == (
-        "p", "ns", "uid-1", "127.0.0.12", "local-0", "x")
+        "p",
+        "ns",
+        "uid-1",
+        "127.0.0.12",
+        "local-0",
+        "x",
+    )
     assert env["URL"] == "http://127.0.0.12:8000/p/$(UNDEFINED)/$(NAME)"
     assert plan.argv == ["run", "--bind", "127.0.0.12"]
     assert plan.cwd == POD_DIR
@@ -74,11 +94,13 @@ def test_env_base_values_downward_api_and_expansion():
 def test_env_from_configmap_and_secret_refs():
     c = container(
         envFrom=[{"configMapRef": {"name": "settings"}, "prefix": "CM_"}, {"secretRef": {"name": "creds"}}],
-        env=[{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "MODE"}}},
-             {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "TOKEN"}}},
-             {"name": "GONE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "nope",
-                                                                   "optional": True}}},
-             {"name": "GONE2", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}}])
+        env=[
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "MODE"}}},
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "TOKEN"}}},
+            {"name": "GONE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "nope", "optional": True}}},
+            {"name": "GONE2", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}},
+        ],
+    )
     env = plan_one(c).env
     assert env["MODE"] == "fast" and env["PW"] == "s3cret" and env["TOKEN"] == "s3cret"
     assert env["CM_MODE"] == "fast"
@@ -108,14 +130,28 @@ def test_paths_are_rewritten_longest_mount_first_and_only_as_path_prefixes():
         args=["--out=/data/cache", "--conf=/etc/app/config.yaml"],
         env=[{"name": "CACHE", "value": "/data/cache/models"}, {"name": "LIST", "value": "/data:/data/cache"}],
         workingDir="/data/cache",
-        volumeMounts=[{"name": "data", "mountPath": "/data"},
-                      {"name": "cache", "mountPath": "/data/cache/"},
-                      {"name": "cfg", "mountPath": "/etc/app/config.yaml", "subPath": "config.yaml"}])
-    plan = plan_one(c, volumes=[{"name": "data", "emptyDir": {}}, {"name": "cache", "hostPath": {"path": "/tmp/c"}},
-                                {"name": "cfg", "configMap": {"name": "settings"}}])
+        volumeMounts=[
+            {"name": "data", "mountPath": "/data"},
+            {"name": "cache", "mountPath": "/data/cache/"},
+            {"name": "cfg", "mountPath": "/etc/app/config.yaml", "subPath": "config.yaml"},
+        ],
+    )
+    plan = plan_one(
+        c,
+        volumes=[
+            {"name": "data", "emptyDir": {}},
+            {"name": "cache", "hostPath": {"path": "/tmp/c"}},
+            {"name": "cfg", "configMap": {"name": "settings"}},
+        ],
+    )
     data, cfg = POD_DIR / "volumes/data", POD_DIR / "volumes/cfg/config.yaml"
-    assert plan.argv == ["sh", "-c", f"cp {data}/in /tmp/c/x && cat /database /data.txt /x/data; ls {data}",
-                         "--out=/tmp/c", f"--conf={cfg}"]
+    assert plan.argv == [
+        "sh",
+        "-c",
+        f"cp {data}/in /tmp/c/x && cat /database /data.txt /x/data; ls {data}",
+        "--out=/tmp/c",
+        f"--conf={cfg}",
+    ]
     assert plan.env["CACHE"] == "/tmp/c/models"
     assert plan.env["LIST"] == f"{data}:/tmp/c"
     assert plan.cwd == Path("/tmp/c")
@@ -126,10 +162,22 @@ def test_termination_message_path_maps_into_the_container_dir():
     assert plan.termination_path == POD_DIR / "main/termination-log"
     assert plan.argv[2] == f"echo done > {POD_DIR}/main/termination-log; exit 3"
     assert plan.log_path == POD_DIR / "main/log"
-    custom = plan_one(container(command=["w", "/run/msg"], terminationMessagePath="/run/msg",
-                                terminationMessagePolicy="FallbackToLogsOnError"))
+    custom = plan_one(
+        container(
+            command=["w", "/run/msg"],
+            terminationMessagePath="/run/msg",
+            terminationMessagePolicy="FallbackToLogsOnError",
+        )
+    )
     assert custom.argv == ["w", str(POD_DIR / "main/termination-log")]
     assert custom.fallback_to_logs
+
+
+def test_tmp_volume_becomes_tmpdir():
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}]
+    plan = plan_one(container(volumeMounts=mounts), volumes=[{"name": "tmp", "emptyDir": {}}])
+    assert plan.env["TMPDIR"] == str(POD_DIR / "volumes/tmp")
+    assert "TMPDIR" not in plan_one(container()).env
 
 
 def test_rewriter_is_single_pass():
@@ -145,15 +193,30 @@ def test_expand_follows_kubernetes_rules():
 
 def test_volume_files_from_configmap_secret_downward_and_projected():
     volumes = [
-        {"name": "cm", "configMap": {"name": "settings", "items": [{"key": "config.yaml", "path": "conf/app.yaml",
-                                                                    "mode": 0o600}]}},
+        {
+            "name": "cm",
+            "configMap": {
+                "name": "settings",
+                "items": [{"key": "config.yaml", "path": "conf/app.yaml", "mode": 0o600}],
+            },
+        },
         {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 0o400}},
         {"name": "opt", "configMap": {"name": "absent", "optional": True}},
         {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-        {"name": "kube-api-access", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "audience": "api"}},
-            {"configMap": {"name": "settings", "items": [{"key": "MODE", "path": "mode"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+        {
+            "name": "kube-api-access",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "api"}},
+                    {"configMap": {"name": "settings", "items": [{"key": "MODE", "path": "mode"}]}},
+                    {
+                        "downwardAPI": {
+                            "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+                        }
+                    },
+                ]
+            },
+        },
         {"name": "scratch", "emptyDir": {}},
         {"name": "host", "hostPath": {"path": "/srv/models", "type": "DirectoryOrCreate"}},
     ]
@@ -163,8 +226,11 @@ def test_volume_files_from_configmap_secret_downward_and_projected():
     assert by_name["sec"].files == {"TOKEN": (b"s3cret", 0o400)}
     assert by_name["opt"].files == {}
     assert by_name["info"].files == {"labels": (b'app="x"', 0o644)}
-    assert by_name["kube-api-access"].files == {"token": (b"token-for-p-api", 0o644), "mode": (b"fast", 0o644),
-                                                "namespace": (b"ns", 0o644)}
+    assert by_name["kube-api-access"].files == {
+        "token": (b"token-for-p-api", 0o644),
+        "mode": (b"fast", 0o644),
+        "namespace": (b"ns", 0o644),
+    }
     assert by_name["scratch"].path == POD_DIR / "volumes/scratch" and by_name["scratch"].create
     assert by_name["host"].path == Path("/srv/models") and by_name["host"].create
     assert by_name["cm"].path == POD_DIR / "volumes/cm"
@@ -172,8 +238,7 @@ def test_volume_files_from_configmap_secret_downward_and_projected():
 
 def test_unsupported_volume_fails_the_pod_clearly():
     with pytest.raises(PlanError, match="persistentVolumeClaim volumes are not supported") as err:
-        plan_pod(pod(container(), volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]),
-                 CTX, RESOLVER)
+        plan_pod(pod(container(), volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]), CTX, RESOLVER)
     assert err.value.permanent and err.value.reason == "VolumeNotSupported"
 
 
@@ -193,15 +258,23 @@ def test_image_without_command_and_without_rule_is_not_mappable():
 
 def test_image_rule_supplies_entrypoint_and_can_rewrite_env():
     assert plan_one({"name": "main", "image": "busybox:1.36"}).argv == ["sh"]
-    assert plan_one({"name": "main", "image": "docker.io/library/python:3.11",
-                     "args": ["-c", "print(1)"]}).argv == ["-c", "print(1)"]
+    assert plan_one({"name": "main", "image": "docker.io/library/python:3.11", "args": ["-c", "print(1)"]}).argv == [
+        "-c",
+        "print(1)",
+    ]
 
     def add_path(launch):
-        return Launch(["/opt/srv/bin/" + launch.command[0]], launch.args, {**launch.env, "LD_LIBRARY_PATH": "/opt/srv/lib"})
+        return Launch(
+            ["/opt/srv/bin/" + launch.command[0]], launch.args, {**launch.env, "LD_LIBRARY_PATH": "/opt/srv/lib"}
+        )
 
     rules = (ImageRule("nvcr.io/nvidia/tritonserver", add_path),)
-    c = {"name": "main", "image": "nvcr.io/nvidia/tritonserver:24.08-py3", "command": ["tritonserver"],
-         "args": ["--http-address=$(POD_IP)"]}
+    c = {
+        "name": "main",
+        "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
+        "command": ["tritonserver"],
+        "args": ["--http-address=$(POD_IP)"],
+    }
     plan = plan_pod(pod(c), CTX, RESOLVER, rules=rules).containers[0]
     assert plan.argv == ["/opt/srv/bin/tritonserver", "--http-address=127.0.0.12"]
     assert plan.env["LD_LIBRARY_PATH"] == "/opt/srv/lib"
@@ -217,14 +290,20 @@ def test_image_repository_normalisation():
 
 
 def test_probes_get_pod_ip_named_ports_and_rewritten_exec():
-    c = container(ports=[{"name": "http", "containerPort": 8080}],
-                  volumeMounts=[{"name": "d", "mountPath": "/data"}],
-                  readinessProbe={"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 2},
-                  livenessProbe={"exec": {"command": ["test", "-f", "/data/ok"]}, "failureThreshold": 5},
-                  startupProbe={"tcpSocket": {"port": 8080, "host": "127.0.0.1"}})
+    c = container(
+        ports=[{"name": "http", "containerPort": 8080}],
+        volumeMounts=[{"name": "d", "mountPath": "/data"}],
+        readinessProbe={"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 2},
+        livenessProbe={"exec": {"command": ["test", "-f", "/data/ok"]}, "failureThreshold": 5},
+        startupProbe={"tcpSocket": {"port": 8080, "host": "127.0.0.1"}},
+    )
     probes = plan_one(c, volumes=[{"name": "d", "emptyDir": {}}]).probes
-    assert (probes["readiness"].host, probes["readiness"].port, probes["readiness"].path,
-            probes["readiness"].period) == ("127.0.0.12", 8080, "/ready", 2)
+    assert (
+        probes["readiness"].host,
+        probes["readiness"].port,
+        probes["readiness"].path,
+        probes["readiness"].period,
+    ) == ("127.0.0.12", 8080, "/ready", 2)
     assert probes["liveness"].command == ("test", "-f", str(POD_DIR / "volumes/d/ok"))
     assert probes["liveness"].failure_threshold == 5
     assert (probes["startup"].host, probes["startup"].port) == ("127.0.0.1", 8080)

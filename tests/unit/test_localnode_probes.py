@@ -5,13 +5,19 @@ import socket
 import threading
 
 import pytest
-
-from tensorkiln.localnode.probes import Probe, ProbeError, ProbeTracker, parse_probe, run_probe
+from tensorkiln.localnode.probes import (
+    Probe,
+    ProbeError,
+    ProbeTracker,
+    parse_probe,
+    run_probe,
+)
 
 
 def test_readiness_settles_on_thresholds():
-    tracker = ProbeTracker(Probe("tcp", success_threshold=2, failure_threshold=3, period=1, initial_delay=5),
-                           started_at=100, initial=False)
+    tracker = ProbeTracker(
+        Probe("tcp", success_threshold=2, failure_threshold=3, period=1, initial_delay=5), started_at=100, initial=False
+    )
     assert not tracker.due(104) and tracker.due(105)
     assert tracker.record(True, 105) is False  # one success is not enough
     assert not tracker.due(105.5) and tracker.due(106)

@@ -1,14 +1,28 @@
 """Pod status builders: phases, container states, conditions, termination messages."""
 
-from tensorkiln.localnode.status import (ContainerState, exit_code, pod_conditions, pod_phase, pod_status,
-                                         restarts, running, termination_message, terminated, timestamp, waiting)
+from tensorkiln.localnode.status import (
+    ContainerState,
+    exit_code,
+    pod_conditions,
+    pod_phase,
+    pod_status,
+    restarts,
+    running,
+    terminated,
+    termination_message,
+    timestamp,
+    waiting,
+)
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"
 
 
 def done(name, code, message=""):
-    return ContainerState(name, "busybox", state=terminated(code, started_at=T0, finished_at=T1, message=message,
-                                                           container_id="local://42"))
+    return ContainerState(
+        name,
+        "busybox",
+        state=terminated(code, started_at=T0, finished_at=T1, message=message, container_id="local://42"),
+    )
 
 
 def test_exit_0_succeeds():
@@ -20,12 +34,25 @@ def test_exit_0_succeeds():
 
 def test_exit_3_fails_with_code_and_message():
     c = done("main", 3, message="done\n")
-    status = pod_status(phase=pod_phase("Never", [], [c]), inits=[], apps=[c], conditions=[],
-                        pod_ip="127.0.0.10", host_ip="127.0.0.1", start_time=T0)
+    status = pod_status(
+        phase=pod_phase("Never", [], [c]),
+        inits=[],
+        apps=[c],
+        conditions=[],
+        pod_ip="127.0.0.10",
+        host_ip="127.0.0.1",
+        start_time=T0,
+    )
     assert status["phase"] == "Failed"
     term = status["containerStatuses"][0]["state"]["terminated"]
-    assert term == {"exitCode": 3, "reason": "Error", "message": "done\n", "startedAt": T0, "finishedAt": T1,
-                    "containerID": "local://42"}
+    assert term == {
+        "exitCode": 3,
+        "reason": "Error",
+        "message": "done\n",
+        "startedAt": T0,
+        "finishedAt": T1,
+        "containerID": "local://42",
+    }
     cs = status["containerStatuses"][0]
     assert cs["imageID"] == "local://busybox" and cs["restartCount"] == 0 and cs["ready"] is False
     assert status["podIPs"] == [{"ip": "127.0.0.10"}] and status["hostIPs"] == [{"ip": "127.0.0.1"}]
@@ -33,8 +60,15 @@ def test_exit_3_fails_with_code_and_message():
 
 
 def test_no_pod_ip_before_setup():
-    status = pod_status(phase="Pending", inits=[], apps=[ContainerState("m", "i")], conditions=[],
-                        pod_ip=None, host_ip="127.0.0.1", start_time=T0)
+    status = pod_status(
+        phase="Pending",
+        inits=[],
+        apps=[ContainerState("m", "i")],
+        conditions=[],
+        pod_ip=None,
+        host_ip="127.0.0.1",
+        start_time=T0,
+    )
     assert "podIP" not in status and "podIPs" not in status
 
 
@@ -69,8 +103,11 @@ def test_restart_rules():
 def test_conditions_keep_transition_time_while_unchanged():
     ready = ContainerState("a", "i", state=running(T0), ready=True)
     first = pod_conditions("Running", [], [ready], {}, T0)
-    assert {c["type"]: c["status"] for c in first} == {"Initialized": "True", "ContainersReady": "True",
-                                                       "Ready": "True"}
+    assert {c["type"]: c["status"] for c in first} == {
+        "Initialized": "True",
+        "ContainersReady": "True",
+        "Ready": "True",
+    }
     second = pod_conditions("Running", [], [ready], {c["type"]: c for c in first}, T1)
     assert [c["lastTransitionTime"] for c in second] == [T0, T0, T0]
     unready = ContainerState("a", "i", state=running(T0))
@@ -81,8 +118,7 @@ def test_conditions_keep_transition_time_while_unchanged():
 
 
 def test_terminal_pod_is_not_ready_and_init_blocks_initialized():
-    conditions = {c["type"]: c for c in pod_conditions(
-        "Failed", [done("init", 1)], [ContainerState("m", "i")], {}, T0)}
+    conditions = {c["type"]: c for c in pod_conditions("Failed", [done("init", 1)], [ContainerState("m", "i")], {}, T0)}
     assert conditions["Ready"]["reason"] == "PodCompleted"
     assert conditions["Initialized"]["status"] == "False"
     assert conditions["Initialized"]["message"] == "containers with incomplete status: [init]"

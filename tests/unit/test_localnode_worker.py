@@ -4,7 +4,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tensorkiln.localnode.ipam import IpAllocator
 from tensorkiln.localnode.worker import NodeEnv, PodWorker
 
@@ -31,14 +30,21 @@ class NoObjects:
 
 @pytest.fixture
 def env(tmp_path):
-    return NodeEnv(kube=FakeKube(), resolver=NoObjects(), ipam=IpAllocator(tmp_path / "ipam.json"),
-                   node_name="local-0", state_dir=tmp_path, search_path="/usr/bin:/bin")
+    return NodeEnv(
+        kube=FakeKube(),
+        resolver=NoObjects(),
+        ipam=IpAllocator(tmp_path / "ipam.json"),
+        node_name="local-0",
+        state_dir=tmp_path,
+        search_path="/usr/bin:/bin",
+    )
 
 
 def make_pod(*containers, init=(), uid="uid-1", **spec):
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": uid},
-            "spec": {"containers": list(containers), "initContainers": list(init), "restartPolicy": "Never",
-                     **spec}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
+        "spec": {"containers": list(containers), "initContainers": list(init), "restartPolicy": "Never", **spec},
+    }
 
 
 def sh(script, name="main", **fields):
@@ -66,12 +72,18 @@ def test_failing_container_reports_exit_code_and_termination_message(env):
     assert status["podIP"] == "127.0.0.10"
 
 
+def test_fallback_to_logs_on_error_uses_the_log_tail(env):
+    pod = make_pod(sh("echo first run; echo boom; exit 1", terminationMessagePolicy="FallbackToLogsOnError"))
+    term = run_to_end(PodWorker(pod, env))["containerStatuses"][0]["state"]["terminated"]
+    assert term["message"] == "first run\nboom\n"
+
+
 def test_init_container_output_reaches_main_container_through_empty_dir(env):
-    pod = make_pod(sh("cat /work/msg > /dev/termination-log; echo logged", volumeMounts=[
-                       {"name": "work", "mountPath": "/work"}]),
-                   init=[sh("echo from-init > /work/msg", name="init", volumeMounts=[
-                       {"name": "work", "mountPath": "/work"}])],
-                   volumes=[{"name": "work", "emptyDir": {}}])
+    pod = make_pod(
+        sh("cat /work/msg > /dev/termination-log; echo logged", volumeMounts=[{"name": "work", "mountPath": "/work"}]),
+        init=[sh("echo from-init > /work/msg", name="init", volumeMounts=[{"name": "work", "mountPath": "/work"}])],
+        volumes=[{"name": "work", "emptyDir": {}}],
+    )
     status = run_to_end(PodWorker(pod, env))
     assert status["phase"] == "Succeeded"
     assert status["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
@@ -95,8 +107,10 @@ def test_deletion_kills_the_process_group_and_deletes_the_pod(env):
     worker.start()
     wait_for(lambda: any(s["phase"] == "Running" for s in env.kube.statuses()))
     pid = int(env.kube.statuses()[-1]["containerStatuses"][0]["containerID"].split("//")[1])
-    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
-                                    "deletionGracePeriodSeconds": 2}}
+    deleting = {
+        **pod,
+        "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 2},
+    }
     worker.observe(deleting)
     assert worker.finished.wait(5)
     assert not Path(f"/proc/{pid}").exists()
@@ -129,8 +143,11 @@ def test_missing_executable_is_a_start_error(env):
 
 def test_failing_liveness_probe_restarts_the_container(env):
     probe = {"exec": {"command": ["sh", "-c", "exit 1"]}, "periodSeconds": 1, "failureThreshold": 1}
-    pod = make_pod(sh("test -f marker && exit 0; touch marker; sleep 3600", livenessProbe=probe),
-                   restartPolicy="OnFailure", terminationGracePeriodSeconds=1)
+    pod = make_pod(
+        sh("test -f marker && exit 0; touch marker; sleep 3600", livenessProbe=probe),
+        restartPolicy="OnFailure",
+        terminationGracePeriodSeconds=1,
+    )
     status = run_to_end(PodWorker(pod, env))
     cs = status["containerStatuses"][0]
     assert status["phase"] == "Succeeded" and cs["restartCount"] == 1
@@ -151,8 +168,13 @@ def test_readiness_probe_makes_the_pod_ready(env):
 
 def test_resumed_never_pod_reports_lost_container(env):
     pod = make_pod(sh("sleep 3600"))
-    pod["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z", "containerStatuses": [
-        {"name": "main", "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}]}
+    pod["status"] = {
+        "phase": "Running",
+        "startTime": "2026-01-01T00:00:00Z",
+        "containerStatuses": [
+            {"name": "main", "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}
+        ],
+    }
     status = run_to_end(PodWorker(pod, env))
     term = status["containerStatuses"][0]["state"]["terminated"]
     assert (status["phase"], term["exitCode"], term["reason"]) == ("Failed", 137, "ContainerStatusUnknown")

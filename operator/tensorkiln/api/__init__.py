@@ -28,12 +28,11 @@ from .common import (
     PrinterColumn,
     ResourceRequirements,
     Rule,
-    field_errors,
     Shapes,
     TaintEffect,
     Toleration,
     TolerationOperator,
-    set_condition,
+    field_errors,
 )
 from .compilejob import (
     COMPILE_JOB,
@@ -120,5 +119,4 @@ __all__ = [
     "Toleration",
     "TolerationOperator",
     "field_errors",
-    "set_condition",
 ]

@@ -12,10 +12,11 @@ Enums are `StrEnum`s: members compare equal to their wire strings
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Callable, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -116,9 +117,7 @@ def _schema_extra(schema: dict[str, Any], cls: type[KubeModel]) -> None:
 class KubeModel(BaseModel):
     """Base of all API models: camelCase on the wire, CEL rules mirrored in Python."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, json_schema_extra=_schema_extra
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, json_schema_extra=_schema_extra)
     cel_rules: ClassVar[tuple[Rule, ...]] = ()
 
     @model_validator(mode="after")
@@ -131,11 +130,7 @@ class KubeModel(BaseModel):
             keys = extra.get("x-kubernetes-list-map-keys")
             seen: set[Any] = set()
             for item in getattr(self, name) or ():
-                key = (
-                    ", ".join(f"{k}={getattr(item, _field_name(type(item), k))}" for k in keys)
-                    if keys
-                    else str(item)
-                )
+                key = ", ".join(f"{k}={getattr(item, _field_name(type(item), k))}" for k in keys) if keys else str(item)
                 if key in seen:
                     alias = info.alias or name
                     raise _invariant_error(alias, f"{alias} has duplicate entries for {key}")
@@ -279,9 +274,7 @@ class BatchRange(SpecModel):
     cel_rules = _ORDERED_RANGE
 
     min: int = Field(1, ge=1, description="Smallest batch size the engine accepts.")
-    opt: int = Field(
-        8, ge=1, description="Batch size the engine is tuned for (TensorRT's kOPT profile shape)."
-    )
+    opt: int = Field(8, ge=1, description="Batch size the engine is tuned for (TensorRT's kOPT profile shape).")
     max: int = Field(
         32,
         ge=1,
@@ -294,9 +287,7 @@ class DynamicDim(SpecModel):
 
     cel_rules = _ORDERED_RANGE
 
-    input: str = Field(
-        min_length=1, max_length=256, description="Name of the model input the dimension belongs to."
-    )
+    input: str = Field(min_length=1, max_length=256, description="Name of the model input the dimension belongs to.")
     axis: int = Field(
         ge=0,
         le=7,
@@ -310,9 +301,7 @@ class DynamicDim(SpecModel):
 class Shapes(SpecModel):
     """Input shapes the compiled engines must accept (their optimization profile)."""
 
-    batch: BatchRange = Field(
-        default_factory=BatchRange, description="Batch sizes the engines accept."
-    )
+    batch: BatchRange = Field(default_factory=BatchRange, description="Batch sizes the engines accept.")
     dynamic_dims: list[DynamicDim] = Field(
         default_factory=list,
         max_length=16,
@@ -333,17 +322,12 @@ class Toleration(SpecModel):
     operator: TolerationOperator = Field(
         TolerationOperator.EQUAL, description="Exists matches any value; Equal matches `value`."
     )
-    value: str | None = Field(
-        None, max_length=63, description="Taint value to match when operator is Equal."
-    )
-    effect: TaintEffect | None = Field(
-        None, description="Taint effect to match. Unset matches all effects."
-    )
+    value: str | None = Field(None, max_length=63, description="Taint value to match when operator is Equal.")
+    effect: TaintEffect | None = Field(None, description="Taint effect to match. Unset matches all effects.")
     toleration_seconds: int | None = Field(
         None,
         description=(
-            "For effect NoExecute: seconds the pod stays bound after the taint appears. "
-            "Unset tolerates forever."
+            "For effect NoExecute: seconds the pod stays bound after the taint appears. Unset tolerates forever."
         ),
     )
 
@@ -371,17 +355,13 @@ class Calibration(SpecModel):
             "an .npz file with one array per model input, first axis the sample index."
         ),
     )
-    samples: int = Field(
-        256, ge=1, le=100000, description="Number of samples fed to the INT8 calibrator."
-    )
+    samples: int = Field(256, ge=1, le=100000, description="Number of samples fed to the INT8 calibrator.")
 
 
 class AccuracyTolerance(SpecModel):
     """How far a compiled engine's outputs may drift from the ONNX reference before it is rejected."""
 
-    max_abs_error: float = Field(
-        0.05, ge=0, description="Largest allowed absolute difference of any output element."
-    )
+    max_abs_error: float = Field(0.05, ge=0, description="Largest allowed absolute difference of any output element.")
     max_rel_error: float = Field(
         0.05, ge=0, description="Largest allowed relative difference of any output element (0.05 = 5%)."
     )
@@ -422,9 +402,7 @@ class Objective(SpecModel):
             "the highest inferences per second whose p95 latency stays within latencyBudgetMilliseconds."
         ),
     )
-    batch_size: int = Field(
-        1, ge=1, description="Batch size the candidates are benchmarked at; within shapes.batch."
-    )
+    batch_size: int = Field(1, ge=1, description="Batch size the candidates are benchmarked at; within shapes.batch.")
     latency_budget_milliseconds: float | None = Field(
         None,
         gt=0,
@@ -436,11 +414,10 @@ class EngineRef(KubeModel):
     """A compiled engine in the engine registry."""
 
     digest: str = Field(
-        pattern=SHA256_PATTERN, description="SHA-256 of the engine artifact, 64 lowercase hex digits."
+        pattern=SHA256_PATTERN,
+        description="SHA-256 of the engine manifest (which lists every artifact with its own SHA-256), 64 lowercase hex digits.",
     )
-    uri: str = Field(
-        min_length=1, max_length=2048, description="Location of the engine artifact in the registry."
-    )
+    uri: str = Field(min_length=1, max_length=2048, description="Location of the engine in the registry.")
 
 
 class Condition(KubeModel):
@@ -458,49 +435,11 @@ class Condition(KubeModel):
         pattern=CONDITION_REASON_PATTERN,
         description="Machine-readable CamelCase reason for the condition's last transition.",
     )
-    message: str = Field(
-        "", max_length=32768, description="Human-readable details about the transition."
-    )
-    last_transition_time: datetime = Field(
-        description="When the condition last changed status (RFC 3339)."
-    )
+    message: str = Field("", max_length=32768, description="Human-readable details about the transition.")
+    last_transition_time: datetime = Field(description="When the condition last changed status (RFC 3339).")
     observed_generation: int | None = Field(
         None, ge=0, description="metadata.generation the condition was computed from."
     )
-
-
-def set_condition(
-    conditions: list[Condition],
-    type: str,
-    status: ConditionStatus | str,
-    reason: str,
-    message: str,
-    observed_generation: int | None,
-    now: datetime,
-) -> list[Condition]:
-    """Return a copy of `conditions` with condition `type` set (appended if absent).
-
-    lastTransitionTime only moves when the status changes, so it tells when the
-    condition last flipped rather than when a controller last looked.
-    """
-    status = ConditionStatus(status)
-    previous = next((c for c in conditions if c.type == type), None)
-    since = (
-        previous.last_transition_time
-        if previous is not None and previous.status == status
-        else now.replace(microsecond=0)  # metav1.Time has second precision
-    )
-    updated = Condition(
-        type=type,
-        status=status,
-        reason=reason,
-        message=message,
-        observed_generation=observed_generation,
-        last_transition_time=since,
-    )
-    if previous is None:
-        return [*conditions, updated]
-    return [updated if c.type == type else c for c in conditions]
 
 
 @dataclass(frozen=True)
@@ -536,6 +475,4 @@ class CustomResource:
         return f"{self.plural}.{GROUP}"
 
 
-AGE_COLUMN = PrinterColumn(
-    "Age", "date", ".metadata.creationTimestamp", "Time since the object was created."
-)
+AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the object was created.")

@@ -50,8 +50,7 @@ class RegistryDestination(SpecModel):
         max_length=2048,
         pattern=REGISTRY_URI_PATTERN,
         description=(
-            "Root of the engine registry: file:///var/lib/tensorkiln/registry (a host path) "
-            "or s3://bucket/prefix."
+            "Root of the engine registry: file:///var/lib/tensorkiln/registry (a host path) or s3://bucket/prefix."
         ),
     )
 
@@ -59,21 +58,16 @@ class RegistryDestination(SpecModel):
 class HardwareTarget(SpecModel):
     """The hardware class to compile for, and how to place the compiler pod on it."""
 
-    class_name: str = Field(
-        max_length=63, pattern=DNS_LABEL_PATTERN, description="Name of the hardware class."
-    )
+    class_name: str = Field(max_length=63, pattern=DNS_LABEL_PATTERN, description="Name of the hardware class.")
     kind: HardwareKind = Field(description="Accelerator the class provides.")
-    product: str | None = Field(
-        None, description="GPU product label (nvidia.com/gpu.product) or a CPU description."
-    )
+    product: str | None = Field(None, description="GPU product label (nvidia.com/gpu.product) or a CPU description.")
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels the compiler pod is scheduled by."
     )
     node_affinity: NodeAffinity | None = Field(
         None,
         description=(
-            "A core/v1 NodeAffinity for the compiler pod, e.g. to exclude GPU products; "
-            "passed through as is."
+            "A core/v1 NodeAffinity for the compiler pod, e.g. to exclude GPU products; passed through as is."
         ),
     )
     tolerations: list[Toleration] = Field(
@@ -94,9 +88,7 @@ class HardwareTarget(SpecModel):
 class CompileJobSpec(SpecModel):
     """Desired state of a CompileJob: everything the compiler pod needs to build one engine."""
 
-    model_name: str = Field(
-        min_length=1, max_length=253, description="Name of the owning InferenceModel."
-    )
+    model_name: str = Field(min_length=1, max_length=253, description="Name of the owning InferenceModel.")
     source: ModelSource = Field(description="Where the model is fetched from.")
     model_digest: str | None = Field(
         None,
@@ -122,9 +114,7 @@ class CompileJobSpec(SpecModel):
         default_factory=AccuracyTolerance,
         description="How far candidate outputs may drift from the ONNX reference.",
     )
-    objective: Objective = Field(
-        default_factory=Objective, description="What the best candidate is chosen by."
-    )
+    objective: Objective = Field(default_factory=Objective, description="What the best candidate is chosen by.")
     registry: RegistryDestination = Field(description="Where the engine is stored.")
     image: str = Field(
         "ghcr.io/tensorkiln/compiler:0.1.0",
@@ -132,9 +122,7 @@ class CompileJobSpec(SpecModel):
         max_length=512,
         description="Compiler container image.",
     )
-    deadline_seconds: int = Field(
-        3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt."
-    )
+    deadline_seconds: int = Field(3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt.")
     retries: int = Field(2, ge=0, le=10, description="Retries of a failed compile attempt.")
     options_hash: str = Field(
         min_length=1,
@@ -146,23 +134,65 @@ class CompileJobSpec(SpecModel):
     )
 
 
+class CandidateSummary(KubeModel):
+    """One candidate engine: how it was built, whether it kept accuracy, how fast it ran."""
+
+    id: str = Field(max_length=128, description="Candidate identifier, such as openvino-int8 or baseline.")
+    compiler: str = Field(max_length=64, description="Compiler that built it: OnnxRuntime, OpenVINO or TensorRT.")
+    precision: str = Field(max_length=16, description="Precision it runs in: FP32, FP16, BF16 or INT8.")
+    status: str = Field(
+        max_length=32, description="Selected, Passed (kept accuracy, slower), RejectedAccuracy or Failed."
+    )
+    reason: str | None = Field(None, max_length=1024, description="Why it was rejected or failed, if it was.")
+    p50_ms: float | None = Field(None, description="Median latency at the objective's batch size, milliseconds.")
+    p95_ms: float | None = Field(
+        None, description="95th-percentile latency at the objective's batch size, milliseconds."
+    )
+    throughput_per_second: float | None = Field(None, description="Inferences per second at that batch size.")
+    max_abs_error: float | None = Field(None, description="Largest absolute output difference from the fp32 reference.")
+    cosine_similarity: float | None = Field(None, description="Cosine similarity of outputs to the fp32 reference.")
+
+
+class SelectionSummary(KubeModel):
+    """The candidate published as the engine, and why."""
+
+    candidate: str = Field(max_length=128, description="Id of the selected candidate.")
+    reason: str = Field(max_length=1024, description="Why it won, or why the baseline was kept.")
+    speedup_vs_baseline: float | None = Field(
+        None, description="Baseline p50 latency divided by the selected engine's p50 latency (same node, same run)."
+    )
+    synthetic_data: bool = Field(
+        False, description="Accuracy was checked on synthesised inputs only, as no dataset was given."
+    )
+
+
 class CompileJobStatus(KubeModel):
     """Observed state of a CompileJob."""
 
-    observed_generation: int | None = Field(
-        None, ge=0, description="metadata.generation the status was computed from."
-    )
+    observed_generation: int | None = Field(None, ge=0, description="metadata.generation the status was computed from.")
     phase: CompileJobPhase | None = Field(None, description="Lifecycle phase of the compile.")
     job_name: str | None = Field(None, description="Name of the batch/v1 Job running the compiler.")
     node_name: str | None = Field(None, description="Node the compiler pod ran on.")
     simulated_node: bool | None = Field(
-        None, description="Whether that node is simulated (kwok), so the compile was emulated."
+        None,
+        description="Whether that node is simulated (kwok): no compiler runs there, so the compile never finishes.",
+    )
+    cache_hit: bool = Field(
+        False,
+        description="The engine came from the registry cache (same model, options, hardware, compiler): no Job ran.",
     )
     start_time: datetime | None = Field(None, description="When the first attempt started (RFC 3339).")
     completion_time: datetime | None = Field(
         None, description="When the compile succeeded or finally failed (RFC 3339)."
     )
     engine: EngineRef | None = Field(None, description="The engine built, once Succeeded.")
+    selection: SelectionSummary | None = Field(None, description="Which candidate won and why, once Succeeded.")
+    candidates: list[CandidateSummary] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra=list_map("id"),
+        description="Every candidate engine the compiler built and measured on the node, with its figures.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=list_map("type"),
@@ -187,6 +217,9 @@ COMPILE_JOB = CustomResource(
         PrinterColumn("Class", "string", ".spec.hardware.className", "Hardware class."),
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase."),
         PrinterColumn("Node", "string", ".status.nodeName", "Node the compiler ran on."),
+        PrinterColumn(
+            "Simulated", "boolean", ".status.simulatedNode", "The node is simulated by kwok: no compiler runs there."
+        ),
         PrinterColumn("Engine", "string", ".status.engine.digest", "Digest of the built engine.", priority=1),
         AGE_COLUMN,
     ),

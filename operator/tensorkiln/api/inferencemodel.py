@@ -167,10 +167,7 @@ class HardwareSelection(SpecModel):
     include_cpu: bool = Field(
         False,
         alias="includeCPU",
-        description=(
-            "Auto mode only: also target the CPU pool (nodes without an "
-            "nvidia.com/gpu.product label)."
-        ),
+        description=("Auto mode only: also target the CPU pool (nodes without an nvidia.com/gpu.product label)."),
     )
     include: list[ProductGlob] = Field(
         default_factory=list,
@@ -196,9 +193,7 @@ class HardwareSelection(SpecModel):
 class CompilerChoice(SpecModel):
     """Compilers used per kind of hardware."""
 
-    gpu: Literal[Compiler.TENSORRT] = Field(
-        Compiler.TENSORRT, description="Compiler for GPU hardware classes."
-    )
+    gpu: Literal[Compiler.TENSORRT] = Field(Compiler.TENSORRT, description="Compiler for GPU hardware classes.")
     cpu: list[Literal[Compiler.ONNX_RUNTIME, Compiler.OPENVINO]] = Field(
         default_factory=lambda: [Compiler.ONNX_RUNTIME, Compiler.OPENVINO],
         min_length=1,
@@ -236,12 +231,8 @@ class CompileOptions(SpecModel):
         default_factory=AccuracyTolerance,
         description="How far candidate outputs may drift from the ONNX reference.",
     )
-    objective: Objective = Field(
-        default_factory=Objective, description="What the best candidate is chosen by."
-    )
-    deadline_seconds: int = Field(
-        3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt."
-    )
+    objective: Objective = Field(default_factory=Objective, description="What the best candidate is chosen by.")
+    deadline_seconds: int = Field(3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt.")
     retries: int = Field(
         2,
         ge=0,
@@ -280,9 +271,7 @@ class DynamicBatching(SpecModel):
         ge=0,
         description="How long a request may wait for a preferred batch to fill, in microseconds.",
     )
-    queue_policy: QueuePolicy = Field(
-        default_factory=QueuePolicy, description="Queue limits and timeout behaviour."
-    )
+    queue_policy: QueuePolicy = Field(default_factory=QueuePolicy, description="Queue limits and timeout behaviour.")
 
 
 class ServingOptions(SpecModel):
@@ -291,8 +280,7 @@ class ServingOptions(SpecModel):
     cel_rules = (
         Rule(
             "dynamicBatching.preferredBatchSizes",
-            "!self.dynamicBatching.enabled"
-            " || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
+            "!self.dynamicBatching.enabled || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
             "must all be <= maxBatchSize",
             lambda s: not s.dynamic_batching.enabled
             or all(b <= s.max_batch_size for b in s.dynamic_batching.preferred_batch_sizes),
@@ -339,9 +327,7 @@ class SLO(SpecModel):
         ),
     )
 
-    percentile: Percentile = Field(
-        Percentile.P95, description="Latency percentile the target applies to."
-    )
+    percentile: Percentile = Field(Percentile.P95, description="Latency percentile the target applies to.")
     target_milliseconds: float = Field(
         gt=0, description="Target end-to-end inference latency at the percentile, in milliseconds."
     )
@@ -415,12 +401,8 @@ class InferenceModelSpec(SpecModel):
     )
 
     source: ModelSource = Field(description="Where the model is fetched from.")
-    io: ModelIO | None = Field(
-        None, description="Model inputs and outputs. Unset: read from the ONNX graph."
-    )
-    shapes: Shapes = Field(
-        default_factory=Shapes, description="Input shapes the engines must accept."
-    )
+    io: ModelIO | None = Field(None, description="Model inputs and outputs. Unset: read from the ONNX graph.")
+    shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engines must accept.")
     hardware: HardwareSelection = Field(
         default_factory=HardwareSelection,
         description="Hardware classes to compile for and serve on.",
@@ -428,28 +410,20 @@ class InferenceModelSpec(SpecModel):
     compile: CompileOptions = Field(
         default_factory=CompileOptions, description="How engines are built, checked and chosen."
     )
-    serving: ServingOptions = Field(
-        default_factory=ServingOptions, description="How engines are served with Triton."
-    )
+    serving: ServingOptions = Field(default_factory=ServingOptions, description="How engines are served with Triton.")
     slo: SLO | None = Field(
         None,
         description="Latency objective the replicas are scaled to meet. Unset: replicas stay at 1 per class.",
     )
-    rollout: Rollout = Field(
-        default_factory=Rollout, description="How a new engine replaces the served one."
-    )
+    rollout: Rollout = Field(default_factory=Rollout, description="How a new engine replaces the served one.")
 
 
 class TargetStatus(KubeModel):
     """Compile and serving state of one hardware class."""
 
-    hardware_class: str = Field(
-        description="Name of the hardware class (a pool name or a derived GPU product name)."
-    )
+    hardware_class: str = Field(description="Name of the hardware class (a pool name or a derived GPU product name).")
     kind: HardwareKind = Field(description="Accelerator the class provides.")
-    product: str | None = Field(
-        None, description="GPU product label (nvidia.com/gpu.product) or a CPU description."
-    )
+    product: str | None = Field(None, description="GPU product label (nvidia.com/gpu.product) or a CPU description.")
     node_count: int = Field(0, ge=0, description="Nodes currently in the class.")
     simulated: bool = Field(
         False,
@@ -465,12 +439,8 @@ class TargetStatus(KubeModel):
 class InferenceModelStatus(KubeModel):
     """Observed state of an InferenceModel."""
 
-    observed_generation: int | None = Field(
-        None, ge=0, description="metadata.generation the status was computed from."
-    )
-    phase: InferenceModelPhase | None = Field(
-        None, description="Summary of the lifecycle across all hardware classes."
-    )
+    observed_generation: int | None = Field(None, ge=0, description="metadata.generation the status was computed from.")
+    phase: InferenceModelPhase | None = Field(None, description="Summary of the lifecycle across all hardware classes.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=list_map("type"),
@@ -503,9 +473,7 @@ INFERENCE_MODEL = CustomResource(
         PrinterColumn("Targets", "string", ".status.targetSummary", "Hardware classes compiled."),
         PrinterColumn("Ready", "string", f"{_READY}.status", "Ready condition status."),
         PrinterColumn("Reason", "string", f"{_READY}.reason", "Ready condition reason.", priority=1),
-        PrinterColumn(
-            "SLO", "number", ".spec.slo.targetMilliseconds", "Latency target in milliseconds.", priority=1
-        ),
+        PrinterColumn("SLO", "number", ".spec.slo.targetMilliseconds", "Latency target in milliseconds.", priority=1),
         AGE_COLUMN,
     ),
 )

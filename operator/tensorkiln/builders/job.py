@@ -2,7 +2,7 @@
 
 import json
 
-from tensorkiln.builders import labels
+from tensorkiln.builders import labels, storage
 from tensorkiln.builders.naming import bounded_name
 
 # The compiler exits with this code for bad input (unreadable model, wrong digest, ...):
@@ -25,9 +25,14 @@ def job_name(compile_job: dict) -> str:
     return f"{compile_job['metadata']['name']}-{compile_job['spec']['optionsHash'][:8]}"
 
 
-def build_job(compile_job: dict) -> dict:
+def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
+    """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials)."""
     spec = compile_job["spec"]
     hardware = spec["hardware"]
+    source = storage.model_source(spec["source"]["uri"])
+    registry = storage.registry(spec["registry"]["uri"])
+    # The compiler reads both locations as the container sees them.
+    pod_spec_json = {**spec, "source": {**spec["source"], "uri": source.uri}, "registry": {"uri": registry.uri}}
     meta = compile_job["metadata"]
     name = job_name(compile_job)
     pod_labels = {
@@ -43,13 +48,20 @@ def build_job(compile_job: dict) -> dict:
         "command": ["tensorkiln-compile"],
         "args": ["--termination-log", TERMINATION_LOG, "--work-dir", "/work"],
         # The spec travels in the environment so the pod needs no API access at all.
-        "env": [{"name": SPEC_ENV, "value": json.dumps(spec, sort_keys=True, separators=(",", ":"))}],
+        "env": [{"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))}],
         "resources": hardware.get("resources", {}),
         "securityContext": RESTRICTED_CONTAINER,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "work", "mountPath": "/work"}, {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "work", "mountPath": "/work"},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *source.mounts,
+            *registry.mounts,
+        ],
     }
+    if registry_secret:
+        container["envFrom"] = [{"secretRef": {"name": registry_secret}}]
     pod_spec = {
         "restartPolicy": "Never",
         "nodeSelector": hardware["nodeSelector"],
@@ -58,7 +70,12 @@ def build_job(compile_job: dict) -> dict:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": [{"name": "work", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+        "volumes": [
+            {"name": "work", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            *source.volumes,
+            *registry.volumes,
+        ],
     }
     if "nodeAffinity" in hardware:
         pod_spec["affinity"] = {"nodeAffinity": hardware["nodeAffinity"]}

@@ -1,18 +1,57 @@
-"""CompileJob reconciler: one batch/v1 Job per (CompileJob, options), its progress mirrored back."""
+"""CompileJob reconciler: a registry hit, or one batch/v1 Job per (CompileJob, options), mirrored back."""
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.state import ClusterState
-from tensorkiln.status.compilejob import compile_job_status
+from tensorkiln.registry import CacheKey, EngineNotFound, Registry, RegistryError, RegistryUnavailable
+from tensorkiln.settings import Settings
+from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
+from tensorkiln.status.conditions import condition, merge_conditions
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
 
 
-def reconcile(state: ClusterState, compile_job: dict) -> tuple[dict, dict]:
+def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
+    """The registry key of this compile; None when the model digest is only known after fetching it."""
+    spec = compile_job["spec"]
+    if not spec.get("modelDigest"):
+        return None
+    return CacheKey(
+        model_digest=spec["modelDigest"],
+        options_hash=spec["optionsHash"],
+        hardware_class=spec["hardware"]["className"],
+        compiler_version=settings.compiler_version,
+    )
+
+
+def _published(registry: Registry, engine: dict | None) -> Published | None:
+    if engine is None:
+        return None
+    try:
+        manifest = registry.manifest(engine["digest"])
+    except EngineNotFound:
+        return None
+    return Published(manifest, engine["digest"], engine.get("uri") or registry.engine_uri(engine["digest"]))
+
+
+def _registry_unavailable(compile_job: dict, error: RegistryError) -> dict:
+    generation = compile_job["metadata"].get("generation", 1)
+    now = datetime.now(UTC)
+    desired = [condition("Compiled", None, "RegistryUnavailable", f"engine registry: {error}; retrying")]
+    old = compile_job.get("status", {})
+    return {
+        **old,
+        "observedGeneration": generation,
+        "phase": old.get("phase", "Pending"),
+        "conditions": merge_conditions(old.get("conditions"), desired, generation, now),
+    }
+
+
+def reconcile(state: ClusterState, compile_job: dict, registry: Registry, settings: Settings) -> tuple[dict, dict]:
     """Converge one CompileJob; returns (old status, new status) for the caller's Events."""
     meta = compile_job["metadata"]
     namespace = meta["namespace"]
@@ -26,16 +65,33 @@ def reconcile(state: ClusterState, compile_job: dict) -> tuple[dict, dict]:
         log.info("deleted superseded Job %s/%s", namespace, name)
 
     job = jobs.get(wanted)
-    finished_before = old_status.get("jobName") == wanted and old_status.get("phase") in TERMINAL
-    if job is None and finished_before:
-        return old_status, old_status  # the Job was cleaned up after finishing; its result stands
-    if job is None:
-        # A Job's pod template is immutable, so a Job is created once and never re-applied.
-        job = state.apply(build_job(compile_job))
-        log.info("created Job %s/%s", namespace, wanted)
+    settled = old_status.get("observedGeneration") == meta.get("generation") and old_status.get("phase") in TERMINAL
+    if job is None and settled:
+        return old_status, old_status  # a cache hit, or a finished Job cleaned up since: the result stands
 
-    pod = state.newest_pod(namespace, wanted)
-    status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), datetime.now(timezone.utc))
+    try:
+        if job is None:
+            key = cache_key(compile_job, settings)
+            hit = registry.lookup(key) if key else None
+            if hit is not None:
+                digest = hit.digest()
+                status = cache_hit_status(
+                    compile_job, Published(hit, digest, registry.engine_uri(digest)), datetime.now(UTC)
+                )
+                return _write(state, compile_job, old_status, status)
+            # A Job's pod template is immutable, so a Job is created once and never re-applied.
+            job = state.apply(build_job(compile_job, settings.registry_secret))
+            log.info("created Job %s/%s", namespace, wanted)
+        pod = state.newest_pod(namespace, wanted)
+        published = _published(registry, reported_engine(pod))
+    except RegistryUnavailable as error:
+        return _write(state, compile_job, old_status, _registry_unavailable(compile_job, error))
+
+    status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), datetime.now(UTC), published)
+    return _write(state, compile_job, old_status, status)
+
+
+def _write(state: ClusterState, compile_job: dict, old_status: dict, status: dict) -> tuple[dict, dict]:
     if status != old_status:
         state.apply_status(compile_job, status)
     return old_status, status

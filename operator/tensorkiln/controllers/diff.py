@@ -7,7 +7,9 @@ def contains(observed, desired) -> bool:
     Observed objects carry API-server defaults and other managers' fields; those do not count.
     """
     if isinstance(desired, dict):
-        return isinstance(observed, dict) and all(k in observed and contains(observed[k], v) for k, v in desired.items())
+        return isinstance(observed, dict) and all(
+            k in observed and contains(observed[k], v) for k, v in desired.items()
+        )
     if isinstance(desired, list):
         return (
             isinstance(observed, list)

@@ -1,10 +1,13 @@
 """kopf handler registrations: each handler reads the event, calls a reconciler, nothing more.
 
-Reconciliation is level-based. create/update/resume handlers react promptly, timers re-run
-every object so that a missed event, a restart or a new node pool converges, and event
-handlers on Jobs, pods and CompileJobs forward progress to the object that owns them.
+Reconciliation is level-based. create/update/resume handlers react promptly; event handlers
+on Jobs, pods and CompileJobs forward progress to the object that owns them; and one
+operator-wide resync loop re-runs every object, so that a missed event, a restart or a new
+node pool converges. (kopf's per-object timers would put a finalizer on every object, which
+would block deletion whenever the operator is down; the resync loop needs none.)
 """
 
+import asyncio
 import logging
 
 import kopf
@@ -15,15 +18,18 @@ from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.controllers import compilejob, inferencemodel
 from tensorkiln.controllers.state import ClusterState
+from tensorkiln.registry import Registry, open_registry
 from tensorkiln.settings import Settings
 
 SETTINGS = Settings.from_env()
 _state: ClusterState | None = None
+_registry: Registry | None = None
 
 IM = (GROUP, VERSION, "inferencemodels")
 CJ = (GROUP, VERSION, "compilejobs")
-# Job progress arrives through events; the timer is only the safety net.
-COMPILE_JOB_RESYNC_SECONDS = 60
+# Empty: all namespaces. Set by the runner before the operator starts.
+WATCHED_NAMESPACES: list[str] = []
+log = logging.getLogger(__name__)
 
 
 def state() -> ClusterState:
@@ -31,6 +37,13 @@ def state() -> ClusterState:
     if _state is None:
         _state = ClusterState(kube.api_client())
     return _state
+
+
+def registry() -> Registry:
+    global _registry
+    if _registry is None:
+        _registry = open_registry(SETTINGS.registry_uri)
+    return _registry
 
 
 @kopf.on.startup()
@@ -50,42 +63,82 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.execution.max_workers = 8
 
 
+@kopf.on.startup()
+async def start_resync(memo: kopf.Memo, **_) -> None:
+    memo["resync"] = asyncio.create_task(_resync_forever())
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_) -> None:
+    memo["resync"].cancel()
+
+
+async def _resync_forever() -> None:
+    while True:
+        await asyncio.sleep(SETTINGS.resync_seconds)
+        await asyncio.to_thread(resync_all)
+
+
+def _list(plural: str) -> list[dict]:
+    custom = state().custom
+    if not WATCHED_NAMESPACES:
+        return custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+    return [
+        o
+        for ns in WATCHED_NAMESPACES
+        for o in custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural)["items"]
+    ]
+
+
+def resync_all() -> None:
+    """Re-run every InferenceModel and CompileJob; one failing object never stops the others."""
+    for plural, reconcile_one in (("inferencemodels", _inference_model), ("compilejobs", _compile_job)):
+        try:
+            objects = _list(plural)
+        except client.ApiException as error:
+            log.warning("resync: cannot list %s: %s", plural, error.reason)
+            continue
+        for obj in objects:
+            if obj["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                reconcile_one(obj)
+            except Exception:  # reported, retried at the next resync
+                log.exception(
+                    "resync of %s %s/%s failed", plural, obj["metadata"]["namespace"], obj["metadata"]["name"]
+                )
+
+
 def _plain(body) -> dict:
     """kopf's Body is a read-only mapping over the raw object; the reconcilers take dicts."""
     return dict(body)
+
+
+def _inference_model(body) -> None:
+    inferencemodel.reconcile(state(), _plain(body), SETTINGS)
 
 
 @kopf.on.resume(*IM)
 @kopf.on.create(*IM)
 @kopf.on.update(*IM, field="spec")
 def inference_model_changed(body, **_) -> None:
-    inferencemodel.reconcile(state(), _plain(body), SETTINGS)
-
-
-@kopf.timer(*IM, interval=SETTINGS.resync_seconds, initial_delay=SETTINGS.resync_seconds)
-def inference_model_resync(body, **_) -> None:
-    inferencemodel.reconcile(state(), _plain(body), SETTINGS)
+    _inference_model(body)
 
 
 def _compile_job(body) -> None:
-    old, new = compilejob.reconcile(state(), _plain(body))
+    old, new = compilejob.reconcile(state(), _plain(body), registry(), SETTINGS)
     if old.get("phase") != new.get("phase"):
         failed = new.get("phase") == "Failed"
         message = new.get("message") or next(
             (c["message"] for c in new.get("conditions", []) if c["type"] == "Compiled"), ""
         )
-        kopf.event(body, type="Warning" if failed else "Normal", reason=f"Compile{new['phase']}", message=message)
+        kopf.event(dict(body), type="Warning" if failed else "Normal", reason=f"Compile{new['phase']}", message=message)
 
 
 @kopf.on.resume(*CJ)
 @kopf.on.create(*CJ)
 @kopf.on.update(*CJ, field="spec")
 def compile_job_changed(body, **_) -> None:
-    _compile_job(body)
-
-
-@kopf.timer(*CJ, interval=COMPILE_JOB_RESYNC_SECONDS, initial_delay=COMPILE_JOB_RESYNC_SECONDS)
-def compile_job_resync(body, **_) -> None:
     _compile_job(body)
 
 
@@ -123,4 +176,4 @@ def compile_job_event(body, type, **_) -> None:
         if error.status == 404:
             return
         raise
-    inferencemodel.reconcile(state(), model, SETTINGS)
+    _inference_model(model)

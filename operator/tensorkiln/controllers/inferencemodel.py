@@ -1,11 +1,11 @@
 """InferenceModel reconciler: hardware targets -> CompileJobs, and the status rollup."""
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from tensorkiln.api import InferenceModelSpec
+from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.controllers.diff import contains
@@ -27,7 +27,7 @@ def normalised_spec(model: dict) -> dict:
 def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> dict:
     """Admission should have stopped this; if it did not (e.g. an older CRD), say so and stop."""
     generation = model["metadata"].get("generation", 1)
-    problems = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+    problems = "; ".join(field_errors(error))
     desired = [condition(t, False, "InvalidSpec", problems) for t in ("Ready", "Compiled", "Deployed")]
     return {
         "observedGeneration": generation,
@@ -38,7 +38,7 @@ def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> d
 
 def reconcile(state: ClusterState, model: dict, settings: Settings) -> dict:
     """Converge one InferenceModel; returns the status it wrote (or found already right)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     meta = model["metadata"]
     try:
         spec = normalised_spec(model)
@@ -47,7 +47,9 @@ def reconcile(state: ClusterState, model: dict, settings: Settings) -> dict:
 
     nodes = state.nodes()
     targets = select_targets(spec["hardware"], discover(nodes), nodes)
-    existing = {cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])}
+    existing = {
+        cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])
+    }
     compile_jobs = {}
     for target in targets:
         if not target.nodes:

@@ -81,9 +81,7 @@ def _better_isa_exclusions(level: str) -> tuple[dict, ...]:
     """Affinity terms that keep a CPU class off nodes of a better ISA level (their own class)."""
     names = [name for name, _ in CPU_ISA_LEVELS]
     better = CPU_ISA_LEVELS[: names.index(level)]
-    return tuple(
-        {"key": CPUID + flags[0], "operator": "DoesNotExist"} for _, flags in better if flags
-    )
+    return tuple({"key": CPUID + flags[0], "operator": "DoesNotExist"} for _, flags in better if flags)
 
 
 def _gpu_class_key(labels: dict[str, str]) -> tuple[str, str]:

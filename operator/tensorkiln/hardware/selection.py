@@ -2,7 +2,14 @@
 
 from fnmatch import fnmatchcase
 
-from tensorkiln.hardware.classes import GPU_PRODUCT, GPU_TOLERATION, HardwareClass, dns_label, is_simulated, node_labels
+from tensorkiln.hardware.classes import (
+    GPU_PRODUCT,
+    GPU_TOLERATION,
+    HardwareClass,
+    dns_label,
+    is_simulated,
+    node_labels,
+)
 
 
 def _selector_matches(selector: dict[str, str], node: dict) -> bool:

@@ -55,10 +55,20 @@ BINARIES = {
         GoBinary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "v0.8.0", ("kwok",)),
         GoBinary("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl", "v0.8.0", ("kwokctl",)),
         GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm", "v3.22.0", ("helm",)),
+        # S3-compatible server (posix backend) for the engine registry's tests.
+        GoBinary(
+            "versitygw",
+            "versitygw",
+            "github.com/versity/versitygw/cmd/versitygw",
+            "v1.8.0",
+            ("versitygw",),
+            "-X main.Version=v1.8.0",
+        ),
     )
 }
 
-# What the cluster itself needs; helm is built on demand (`tensorkiln cluster build helm`).
+# What the cluster itself needs; helm (`tensorkiln cluster build helm`) and versitygw (the S3
+# registry tests) are built on demand.
 CLUSTER_BINARIES = ("kube", "etcd", "kwok", "kwokctl")
 
 

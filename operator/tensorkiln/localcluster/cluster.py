@@ -62,16 +62,25 @@ def _start_control_plane() -> None:
             _kwokctl("start", "cluster", "--wait", "120s")
         return
     _kwokctl(
-        "--config", str(paths.KWOK_CONFIG),
-        "create", "cluster",
-        "--runtime", "binary",
-        "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
-        "--kube-controller-manager-binary", str(bin_dir / "kube-controller-manager"),
-        "--kube-scheduler-binary", str(bin_dir / "kube-scheduler"),
-        "--etcd-binary", str(bin_dir / "etcd"),
-        "--kwok-controller-binary", str(bin_dir / "kwok"),
+        "--config",
+        str(paths.KWOK_CONFIG),
+        "create",
+        "cluster",
+        "--runtime",
+        "binary",
+        "--kube-apiserver-binary",
+        str(bin_dir / "kube-apiserver"),
+        "--kube-controller-manager-binary",
+        str(bin_dir / "kube-controller-manager"),
+        "--kube-scheduler-binary",
+        str(bin_dir / "kube-scheduler"),
+        "--etcd-binary",
+        str(bin_dir / "etcd"),
+        "--kwok-controller-binary",
+        str(bin_dir / "kwok"),
         "--disable-qps-limits",
-        "--wait", "120s",
+        "--wait",
+        "120s",
     )
 
 
@@ -107,10 +116,17 @@ def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
 def _start_agent(core: client.CoreV1Api) -> None:
     paths.LOCALNODE_STATE.mkdir(parents=True, exist_ok=True)
     processes.start(
-        [sys.executable, "-m", "tensorkiln.localnode",
-         "--kubeconfig", str(paths.KUBECONFIG),
-         "--node-name", LOCAL_NODE,
-         "--state-dir", str(paths.LOCALNODE_STATE)],
+        [
+            sys.executable,
+            "-m",
+            "tensorkiln.localnode",
+            "--kubeconfig",
+            str(paths.KUBECONFIG),
+            "--node-name",
+            LOCAL_NODE,
+            "--state-dir",
+            str(paths.LOCALNODE_STATE),
+        ],
         AGENT_PIDFILE,
         paths.LOCALNODE_STATE / "agent.log",
     )
@@ -134,7 +150,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
         _apply_crds(dynamic)
         _apply_pools(dynamic, pool_file)
         _start_agent(client.CoreV1Api(api))
-    print(f"cluster {paths.CLUSTER_NAME} is up; run: eval \"$(tensorkiln cluster env)\"")
+    print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln cluster env)"')
 
 
 def down() -> None:
@@ -172,14 +188,10 @@ def status() -> int:
 
 def env() -> str:
     """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln cluster env)"`)."""
-    return (
-        f"export KUBECONFIG={paths.KUBECONFIG}\n"
-        f"export PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
-    )
+    return f"export KUBECONFIG={paths.KUBECONFIG}\nexport PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
 
 
 def build(names: list[str]) -> None:
     """Build (or find cached) the named binaries; `helm` is built only when asked for."""
     binaries.ensure(tuple(names) or binaries.CLUSTER_BINARIES)
     print(paths.BIN_DIR)
-

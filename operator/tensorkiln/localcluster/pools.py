@@ -104,8 +104,4 @@ def build_node(pool: Pool, index: int, driver: Driver) -> dict:
 
 
 def build_nodes(pool_file: PoolFile) -> list[dict]:
-    return [
-        build_node(pool, index, pool_file.driver)
-        for pool in pool_file.pools
-        for index in range(pool.nodes)
-    ]
+    return [build_node(pool, index, pool_file.driver) for pool in pool_file.pools for index in range(pool.nodes)]

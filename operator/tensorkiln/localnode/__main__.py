@@ -5,6 +5,8 @@
 Runs until SIGTERM/SIGINT, then kills the pods' processes (like a node shutdown) and exits
 without touching the API: the node going NotReady is what Kubernetes expects. Logs go to
 stderr; files go under DIR only (the kubernetes client's temporary certificate files too).
+One agent per node name per machine (two would run every pod twice): a second one exits
+with status 1.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -28,12 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True, type=Path)
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s"
+    )
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retry warnings repeat ours
     state_dir = args.state_dir.resolve()
     (state_dir / "tmp").mkdir(parents=True, exist_ok=True)
     tempfile.tempdir = str(state_dir / "tmp")  # kubeconfig certificates are unpacked to temp files
+
+    lock = socket.socket(socket.AF_UNIX)
+    try:  # an abstract socket name is free again the moment its holder dies, however it dies
+        lock.bind(f"\0tensorkiln-localnode-{args.node_name}")
+    except OSError:
+        logging.error("another local node agent for %s is running on this machine; exiting", args.node_name)
+        return 1
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from .ipam import IpAllocator
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .node import LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
-from .podspec import PlanError
+from .podspec import CONFIG_ERROR, PlanError
 from .runtime import sweep
 from .status import TERMINAL_PHASES, timestamp
 from .worker import NodeEnv, PodWorker
@@ -46,23 +46,28 @@ class KubeResolver:
         try:
             return self._kube.get_or_none(f"/api/v1/namespaces/{namespace}/{kind}/{name}")
         except Exception as exc:
-            raise PlanError("CreateContainerConfigError", f"reading {kind} {namespace}/{name}: {describe(exc)}",
-                            permanent=False) from exc
+            raise PlanError(
+                CONFIG_ERROR, f"reading {kind} {namespace}/{name}: {describe(exc)}", permanent=False
+            ) from exc
 
     def service_account_token(self, pod: dict, audience: str | None, expiration_seconds: int) -> str:
         meta = pod["metadata"]
         account = pod["spec"].get("serviceAccountName") or "default"
-        spec = {"expirationSeconds": expiration_seconds,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}
+        spec = {
+            "expirationSeconds": expiration_seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }
         if audience:
             spec["audiences"] = [audience]
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         try:
             reply = self._kube.call(
-                "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", body=body)
+                "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token", body=body
+            )
         except Exception as exc:
-            raise PlanError("CreateContainerConfigError", f"service account token for {account}: {describe(exc)}",
-                            permanent=False) from exc
+            raise PlanError(
+                CONFIG_ERROR, f"service account token for {account}: {describe(exc)}", permanent=False
+            ) from exc
         return reply["status"]["token"]
 
 
@@ -81,7 +86,7 @@ class Agent:
         )
         self._workers: dict[str, PodWorker] = {}
         self._node_uid = ""
-        self._ready_since = timestamp()
+        self._ready_since = ""
         self._stop = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
@@ -93,8 +98,8 @@ class Agent:
         for target, name in ((self._heartbeat, "heartbeat"), (self._pods, "pods")):
             threading.Thread(target=target, name=name, daemon=True).start()
         stop.wait()
-        log.info("stopping: killing the processes of %d pods", len(self._workers))
-        workers = list(self._workers.values())
+        workers = [w for w in self._workers.values() if not w.finished.is_set()]
+        log.info("stopping: killing the processes of %d pods", len(workers))
         for worker in workers:
             worker.stop("shutdown")
         for worker in workers:
@@ -112,25 +117,32 @@ class Agent:
                 raise
             node = self._adopt_existing_node(body)
         self._node_uid = node["metadata"]["uid"]
+        ready = next((c for c in (node.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), {})
+        # Still Ready from before an agent restart: the condition did not transition.
+        self._ready_since = ready["lastTransitionTime"] if ready.get("status") == "True" else timestamp()
         self._post_status(facts)
         log.info("node %s registered (uid %s)", self.node_name, self._node_uid)
 
     def _adopt_existing_node(self, body: dict) -> dict:
         """Make an existing Node describe this machine, keeping what controllers and users own."""
         node = self.kube.call("GET", f"/api/v1/nodes/{self.node_name}")
-        stale_annotations = {key: None for key in node["metadata"].get("annotations", {})
-                             if key.startswith("kwok.x-k8s.io/")}
+        stale_annotations = {
+            key: None for key in node["metadata"].get("annotations", {}) if key.startswith("kwok.x-k8s.io/")
+        }
         taints = [t for t in node["spec"].get("taints", []) if t["key"].startswith(CONTROLLER_TAINT_PREFIX)]
-        patch = {"metadata": {"labels": body["metadata"]["labels"],
-                              "annotations": {**stale_annotations, **body["metadata"]["annotations"]}},
-                 "spec": {"taints": taints or None}}
+        patch = {
+            "metadata": {
+                "labels": body["metadata"]["labels"],
+                "annotations": {**stale_annotations, **body["metadata"]["annotations"]},
+            },
+            "spec": {"taints": taints or None},
+        }
         return self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}", body=patch, patch="merge")
 
     def _post_status(self, facts: MachineFacts | None = None) -> None:
         facts = facts or MachineFacts.probe(self.state_dir)
         status = node_status(self.node_name, facts, now=timestamp(), ready_since=self._ready_since)
-        self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}/status", body={"status": status},
-                       patch="strategic")
+        self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}/status", body={"status": status}, patch="strategic")
 
     def _renew_lease(self) -> None:
         lease = lease_object(self.node_name, self._node_uid, renew_time=timestamp(micro=True))
@@ -192,6 +204,12 @@ class Agent:
             self.env.release(uid)
 
     def _handle(self, pod: dict, *, deleted: bool = False) -> None:
+        try:
+            self._dispatch(pod, deleted)
+        except Exception:  # one odd pod object must not stop the others from converging
+            log.exception("pod %s/%s: cannot handle it", pod["metadata"].get("namespace"), pod["metadata"].get("name"))
+
+    def _dispatch(self, pod: dict, deleted: bool) -> None:
         uid = pod["metadata"]["uid"]
         worker = self._workers.get(uid)
         if deleted:
@@ -218,4 +236,3 @@ class Agent:
             worker.stop("gone")  # it kills its processes and releases the pod itself
         else:
             self.env.release(uid)
-

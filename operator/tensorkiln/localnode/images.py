@@ -57,11 +57,11 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
 def repository(image: str) -> str:
     name = image.split("@", 1)[0]
     last_slash = name.rfind("/")
-    if ":" in name[last_slash + 1:]:
+    if ":" in name[last_slash + 1 :]:
         name = name[: name.rfind(":")]
     for prefix in ("docker.io/library/", "docker.io/", "library/"):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 

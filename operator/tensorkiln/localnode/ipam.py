@@ -36,8 +36,8 @@ class IpAllocator:
             free = next((ip for ip in self._pool if ip not in used), None)
             if free is None:
                 raise IpExhausted(
-                    f"no free pod IP in {self._pool[0]}-{self._pool[-1]} "
-                    f"({len(self._pool)} addresses, all in use)")
+                    f"no free pod IP in {self._pool[0]}-{self._pool[-1]} ({len(self._pool)} addresses, all in use)"
+                )
             self._by_uid[uid] = free
             self._save()
             return free

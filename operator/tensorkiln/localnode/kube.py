@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config import new_client_from_config
+from kubernetes.config import load_kube_config
 from kubernetes.watch.watch import iter_resp_lines
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,20 @@ class Kube:
 
     @classmethod
     def from_kubeconfig(cls, path: str) -> Kube:
-        api = new_client_from_config(config_file=path)
-        api.configuration.connection_pool_maxsize = 32  # one worker thread per pod shares the pool
-        return cls(api)
+        config = Configuration(connection_pool_maxsize=32)  # the pods' worker threads share one pool
+        load_kube_config(config_file=path, client_configuration=config)
+        return cls(ApiClient(config))
 
-    def call(self, method: str, path: str, *, query: dict | None = None, body: dict | None = None,
-             patch: str | None = None, timeout_s: float = 30) -> dict:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict | None = None,
+        body: dict | None = None,
+        patch: str | None = None,
+        timeout_s: float = 30,
+    ) -> dict:
         resp = self._send(method, path, query, body, patch, timeout_s)
         data = resp.read()
         return json.loads(data) if data else {}
@@ -65,10 +73,15 @@ class Kube:
             resp.response.release_conn()
 
     def _send(self, method, path, query, body, patch, timeout):
-        headers = {"Accept": "application/json",
-                   "Content-Type": PATCH_TYPES[patch] if patch else "application/json"}
-        request = self._api.param_serialize(method, path, query_params=list((query or {}).items()),
-                                            header_params=headers, body=body, auth_settings=["BearerToken"])
+        headers = {"Accept": "application/json", "Content-Type": PATCH_TYPES[patch] if patch else "application/json"}
+        request = self._api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         resp = self._api.call_api(*request, _request_timeout=timeout)
         if not 200 <= resp.status <= 299:
             data = resp.read()
@@ -92,8 +105,12 @@ def is_status(exc: BaseException, *codes: int) -> bool:
 
 def delete_pod_now(kube: Kube, meta: dict) -> None:
     """What the kubelet does once a pod's containers are gone: delete it with grace period 0."""
-    options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-               "preconditions": {"uid": meta["uid"]}}
+    options = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "preconditions": {"uid": meta["uid"]},
+    }
     try:
         kube.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body=options)
     except ApiException as exc:
@@ -102,13 +119,12 @@ def delete_pod_now(kube: Kube, meta: dict) -> None:
 
 
 def retry(attempt: Callable[[], object], *, what: str, stop: threading.Event, cap_s: float = 30) -> bool:
-    """Call attempt until it neither raises nor returns False, backing off; False if stopped first."""
+    """Call attempt until it neither raises nor returns False (it logs why), backing off; False if stopped."""
     delay = 1.0
     while not stop.is_set():
         try:
             if attempt() is not False:
                 return True
-            log.warning("%s did not succeed (retrying in %.0fs)", what, delay)
         except Exception as exc:
             log.warning("%s failed (retrying in %.0fs): %s", what, delay, describe(exc))
         stop.wait(delay)

@@ -84,13 +84,10 @@ def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str) -
         "pods": MAX_PODS,
         "ephemeral-storage": f"{facts.disk_bytes // 1024}Ki",
     }
-    conditions = [
-        _condition(kind, "False", reason, message, now, ready_since)
-        for kind, reason, message in _PRESSURES
-    ]
-    conditions.append(_condition(
-        "Ready", "True", "LocalNodeAgentReady", "local node agent is posting ready status",
-        now, ready_since))
+    conditions = [_condition(kind, "False", reason, message, now, ready_since) for kind, reason, message in _PRESSURES]
+    conditions.append(
+        _condition("Ready", "True", "LocalNodeAgentReady", "local node agent is posting ready status", now, ready_since)
+    )
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),  # nothing is reserved: requests are not enforced
@@ -136,8 +133,14 @@ def mem_total_kib(meminfo: str) -> int:
 
 
 def _condition(kind: str, status: str, reason: str, message: str, now: str, since: str) -> dict:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastHeartbeatTime": now, "lastTransitionTime": since}
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": since,
+    }
 
 
 def _os_image(os_release: str) -> str:

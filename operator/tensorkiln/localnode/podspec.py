@@ -20,7 +20,8 @@ spec carries is rewritten: a program that builds a mount path itself, or reads o
 file, sees the host filesystem.
 
 Env follows the kubelet: POD_IP, HOSTNAME, HOME and a PATH with the project venv first, then
-envFrom, then env, with $(VAR) expansion in env values, command and args.
+envFrom, then env, with $(VAR) expansion in env values, command and args. A volume mounted at
+/tmp also sets TMPDIR (unless the pod does), so temporary files land in the volume.
 
 Not enforced: resource requests and limits, securityContext, readOnly mounts, ports (a process
 binds what it likes; the pod IP gives each pod its own loopback address).
@@ -86,7 +87,6 @@ class VolumePlan:
 @dataclass(frozen=True)
 class ContainerPlan:
     name: str
-    image: str
     argv: list[str]
     env: dict[str, str]
     cwd: Path
@@ -103,8 +103,7 @@ class PodPlan:
     containers: list[ContainerPlan]
 
 
-def plan_pod(pod: dict, ctx: PodContext, resolver: Resolver,
-             rules: tuple[ImageRule, ...] = IMAGE_RULES) -> PodPlan:
+def plan_pod(pod: dict, ctx: PodContext, resolver: Resolver, rules: tuple[ImageRule, ...] = IMAGE_RULES) -> PodPlan:
     spec = pod["spec"]
     volumes = [_plan_volume(v, pod, ctx, resolver) for v in spec.get("volumes", [])]
     by_name = {v.name: v for v in volumes}
@@ -116,8 +115,7 @@ def plan_pod(pod: dict, ctx: PodContext, resolver: Resolver,
             exc.container = c["name"]
             raise
 
-    return PodPlan(volumes, [plan(c) for c in spec.get("initContainers", [])],
-                   [plan(c) for c in spec["containers"]])
+    return PodPlan(volumes, [plan(c) for c in spec.get("initContainers", [])], [plan(c) for c in spec["containers"]])
 
 
 def expand(text: str, env: dict[str, str]) -> str:
@@ -135,8 +133,14 @@ def path_rewriter(mapping: list[tuple[str, Path]]) -> Callable[[str], str]:
     return lambda text: pattern.sub(lambda m: targets[m[1]], text)
 
 
-def _plan_container(c: dict, pod: dict, ctx: PodContext, resolver: Resolver,
-                    volumes: dict[str, VolumePlan], rules: tuple[ImageRule, ...]) -> ContainerPlan:
+def _plan_container(
+    c: dict,
+    pod: dict,
+    ctx: PodContext,
+    resolver: Resolver,
+    volumes: dict[str, VolumePlan],
+    rules: tuple[ImageRule, ...],
+) -> ContainerPlan:
     name, image = c["name"], c.get("image", "")
     env = _container_env(c, pod, ctx, resolver)
     rule = rule_for(image, rules)
@@ -145,10 +149,12 @@ def _plan_container(c: dict, pod: dict, ctx: PodContext, resolver: Resolver,
         launch = rule.rewrite(launch)
     argv = launch.command + launch.args
     if not argv or (rule is None and not launch.command):
-        raise PlanError("ImageNotMappable",
-                        f'container "{name}": image "{image}" has no local mapping; '
-                        "set command, or add a rule to IMAGE_RULES", permanent=True)
-    env = launch.env
+        raise PlanError(
+            "ImageNotMappable",
+            f'container "{name}": image "{image}" has no local mapping; set command, or add a rule to IMAGE_RULES',
+            permanent=True,
+        )
+    env = dict(launch.env)
     argv = [expand(arg, env) for arg in argv]
 
     container_dir = ctx.pod_dir / name
@@ -158,19 +164,23 @@ def _plan_container(c: dict, pod: dict, ctx: PodContext, resolver: Resolver,
         local = volumes[mount["name"]].path
         sub = mount.get("subPath") or expand(mount.get("subPathExpr", ""), env)
         mapping.append((mount["mountPath"], local / sub if sub else local))
+        if mount["mountPath"].rstrip("/") == "/tmp":
+            env.setdefault("TMPDIR", "/tmp")  # rewritten below: programs' temp files land in the volume
     rewrite = path_rewriter(mapping)
 
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", []) if p.get("name")}
     try:
-        probes = {kind: parse_probe(c[f"{kind}Probe"], pod_ip=ctx.pod_ip, ports=ports, rewrite=rewrite)
-                  for kind in ("startup", "readiness", "liveness") if c.get(f"{kind}Probe")}
+        probes = {
+            kind: parse_probe(c[f"{kind}Probe"], pod_ip=ctx.pod_ip, ports=ports, rewrite=rewrite)
+            for kind in ("startup", "readiness", "liveness")
+            if c.get(f"{kind}Probe")
+        }
     except ProbeError as exc:
         raise PlanError("ProbeNotSupported", f'container "{name}": {exc}', permanent=True) from exc
 
     working_dir = c.get("workingDir")
     return ContainerPlan(
         name=name,
-        image=image,
         argv=[rewrite(arg) for arg in argv],
         env={key: rewrite(value) for key, value in env.items()},
         cwd=Path(rewrite(working_dir)) if working_dir else ctx.pod_dir,
@@ -182,16 +192,21 @@ def _plan_container(c: dict, pod: dict, ctx: PodContext, resolver: Resolver,
 
 
 def _container_env(c: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> dict[str, str]:
-    env = {"PATH": ctx.search_path, "HOME": str(ctx.pod_dir),
-           "HOSTNAME": pod["metadata"]["name"], "POD_IP": ctx.pod_ip}
+    env = {"PATH": ctx.search_path, "HOME": str(ctx.pod_dir), "HOSTNAME": pod["metadata"]["name"], "POD_IP": ctx.pod_ip}
     namespace = pod["metadata"]["namespace"]
     for source in c.get("envFrom", []):
-        kind, ref = (("configmaps", source["configMapRef"]) if "configMapRef" in source
-                     else ("secrets", source["secretRef"]))
+        kind, ref = (
+            ("configmaps", source["configMapRef"]) if "configMapRef" in source else ("secrets", source["secretRef"])
+        )
         values = _values(kind, namespace, ref["name"], ref.get("optional", False), resolver)
         prefix = source.get("prefix", "")
-        env.update({prefix + key: value.decode(errors="replace") for key, value in values.items()
-                    if _ENV_NAME.fullmatch(prefix + key)})  # the kubelet skips invalid names too
+        env.update(
+            {
+                prefix + key: value.decode(errors="replace")
+                for key, value in values.items()
+                if _ENV_NAME.fullmatch(prefix + key)
+            }
+        )  # the kubelet skips invalid names too
     for var in c.get("env", []):
         source = var.get("valueFrom")
         if source is None:
@@ -215,11 +230,12 @@ def _env_source_value(source: dict, pod: dict, ctx: PodContext, resolver: Resolv
                 return values[ref["key"]].decode(errors="replace")
             if optional:
                 return None
-            raise PlanError(CONFIG_ERROR, f"couldn't find key {ref['key']} in {_KIND_NAMES[kind]} "
-                            f"{pod['metadata']['namespace']}/{ref['name']}", permanent=False)
-    raise PlanError(CONFIG_ERROR, f"env source {sorted(source)} is not supported on the local node",
-                    permanent=True)
-
+            raise PlanError(
+                CONFIG_ERROR,
+                f"couldn't find key {ref['key']} in {_KIND_NAMES[kind]} {pod['metadata']['namespace']}/{ref['name']}",
+                permanent=False,
+            )
+    raise PlanError(CONFIG_ERROR, f"env source {sorted(source)} is not supported on the local node", permanent=True)
 
 
 def _values(kind: str, namespace: str, name: str, optional: bool, resolver: Resolver) -> dict[str, bytes]:
@@ -269,25 +285,27 @@ def _plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -
         return VolumePlan(name, local, {}, create=True)
     namespace = pod["metadata"]["namespace"]
     if "configMap" in volume or "secret" in volume:
-        kind, src = (("configmaps", volume["configMap"]) if "configMap" in volume
-                     else ("secrets", volume["secret"]))
+        kind, src = ("configmaps", volume["configMap"]) if "configMap" in volume else ("secrets", volume["secret"])
         mode = src.get("defaultMode", DEFAULT_FILE_MODE)
         ref_name = src.get("name") or src.get("secretName")
         return VolumePlan(name, local, _keyed_files(kind, namespace, ref_name, src, mode, resolver), True)
     if "downwardAPI" in volume:
         src = volume["downwardAPI"]
-        return VolumePlan(name, local, _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE)),
-                          True)
+        return VolumePlan(name, local, _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE)), True)
     if "projected" in volume:
         return VolumePlan(name, local, _projected_files(volume["projected"], pod, ctx, resolver), True)
     kind = next((key for key in volume if key != "name"), "unknown")
-    raise PlanError("VolumeNotSupported",
-                    f'volume "{name}": {kind} volumes are not supported on the local node '
-                    "(emptyDir, configMap, secret, downwardAPI, projected and hostPath are)", permanent=True)
+    raise PlanError(
+        "VolumeNotSupported",
+        f'volume "{name}": {kind} volumes are not supported on the local node '
+        "(emptyDir, configMap, secret, downwardAPI, projected and hostPath are)",
+        permanent=True,
+    )
 
 
-def _keyed_files(kind: str, namespace: str, name: str, src: dict, mode: int,
-                 resolver: Resolver) -> dict[str, tuple[bytes, int]]:
+def _keyed_files(
+    kind: str, namespace: str, name: str, src: dict, mode: int, resolver: Resolver
+) -> dict[str, tuple[bytes, int]]:
     optional = src.get("optional", False)
     values = _values(kind, namespace, name, optional, resolver)
     if "items" not in src:
@@ -297,8 +315,11 @@ def _keyed_files(kind: str, namespace: str, name: str, src: dict, mode: int,
         if item["key"] in values:
             files[item["path"]] = (values[item["key"]], item.get("mode", mode))
         elif not optional:
-            raise PlanError(CONFIG_ERROR, f"couldn't find key {item['key']} in {_KIND_NAMES[kind]} "
-                            f"{namespace}/{name}", permanent=False)
+            raise PlanError(
+                CONFIG_ERROR,
+                f"couldn't find key {item['key']} in {_KIND_NAMES[kind]} {namespace}/{name}",
+                permanent=False,
+            )
     return files
 
 
@@ -306,10 +327,12 @@ def _downward_files(src: dict, pod: dict, ctx: PodContext, mode: int) -> dict[st
     files = {}
     for item in src.get("items", []):
         if "fieldRef" not in item:
-            raise PlanError(CONFIG_ERROR, f"downwardAPI item {item['path']!r}: only fieldRef is supported "
-                            "on the local node", permanent=True)
-        files[item["path"]] = (_field_value(pod, ctx, item["fieldRef"]["fieldPath"]).encode(),
-                               item.get("mode", mode))
+            raise PlanError(
+                CONFIG_ERROR,
+                f"downwardAPI item {item['path']!r}: only fieldRef is supported on the local node",
+                permanent=True,
+            )
+        files[item["path"]] = (_field_value(pod, ctx, item["fieldRef"]["fieldPath"]).encode(), item.get("mode", mode))
     return files
 
 
@@ -319,19 +342,21 @@ def _projected_files(src: dict, pod: dict, ctx: PodContext, resolver: Resolver) 
     files: dict[str, tuple[bytes, int]] = {}
     for source in src.get("sources") or []:
         if "configMap" in source:
-            files.update(_keyed_files("configmaps", namespace, source["configMap"]["name"],
-                                      source["configMap"], mode, resolver))
+            files.update(
+                _keyed_files("configmaps", namespace, source["configMap"]["name"], source["configMap"], mode, resolver)
+            )
         elif "secret" in source:
-            files.update(_keyed_files("secrets", namespace, source["secret"]["name"],
-                                      source["secret"], mode, resolver))
+            files.update(_keyed_files("secrets", namespace, source["secret"]["name"], source["secret"], mode, resolver))
         elif "downwardAPI" in source:
             files.update(_downward_files(source["downwardAPI"], pod, ctx, mode))
         elif "serviceAccountToken" in source:
             token = source["serviceAccountToken"]
-            value = resolver.service_account_token(pod, token.get("audience"),
-                                                   token.get("expirationSeconds", 3600))
+            value = resolver.service_account_token(pod, token.get("audience"), token.get("expirationSeconds", 3600))
             files[token["path"]] = (value.encode(), mode)
         else:
-            raise PlanError("VolumeNotSupported", f"projected source {sorted(source)} is not supported "
-                            "on the local node", permanent=True)
+            raise PlanError(
+                "VolumeNotSupported",
+                f"projected source {sorted(source)} is not supported on the local node",
+                permanent=True,
+            )
     return files

@@ -40,8 +40,7 @@ class Probe:
     failure_threshold: int = 3
 
 
-def parse_probe(spec: dict, *, pod_ip: str, ports: dict[str, int],
-                rewrite: Callable[[str], str]) -> Probe:
+def parse_probe(spec: dict, *, pod_ip: str, ports: dict[str, int], rewrite: Callable[[str], str]) -> Probe:
     timing = dict(
         initial_delay=spec.get("initialDelaySeconds", 0),
         period=spec.get("periodSeconds", 10),
@@ -51,10 +50,15 @@ def parse_probe(spec: dict, *, pod_ip: str, ports: dict[str, int],
     )
     if "httpGet" in spec:
         get = spec["httpGet"]
-        return Probe("http", host=get.get("host") or pod_ip, port=_port(get["port"], ports),
-                     path=get.get("path") or "/", scheme=get.get("scheme", "HTTP"),
-                     headers=tuple((h["name"], h["value"]) for h in get.get("httpHeaders", [])),
-                     **timing)
+        return Probe(
+            "http",
+            host=get.get("host") or pod_ip,
+            port=_port(get["port"], ports),
+            path=get.get("path") or "/",
+            scheme=get.get("scheme", "HTTP"),
+            headers=tuple((h["name"], h["value"]) for h in get.get("httpHeaders", [])),
+            **timing,
+        )
     if "tcpSocket" in spec:
         tcp = spec["tcpSocket"]
         return Probe("tcp", host=tcp.get("host") or pod_ip, port=_port(tcp["port"], ports), **timing)
@@ -71,8 +75,7 @@ def run_probe(probe: Probe, *, env: dict[str, str], cwd: Path) -> tuple[bool, st
         if probe.action == "tcp":
             with socket.create_connection((probe.host, probe.port), timeout=probe.timeout):
                 return True, ""
-        done = subprocess.run(probe.command, env=env, cwd=cwd, capture_output=True,
-                              timeout=probe.timeout, check=False)
+        done = subprocess.run(probe.command, env=env, cwd=cwd, capture_output=True, timeout=probe.timeout, check=False)
         return done.returncode == 0, done.stdout.decode(errors="replace")[-1024:]
     except (OSError, subprocess.TimeoutExpired, http.client.HTTPException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
@@ -103,8 +106,9 @@ class ProbeTracker:
 
 def _http(probe: Probe) -> tuple[bool, str]:
     if probe.scheme.upper() == "HTTPS":  # the kubelet does not verify probe certificates
-        conn = http.client.HTTPSConnection(probe.host, probe.port, timeout=probe.timeout,
-                                           context=ssl._create_unverified_context())
+        conn = http.client.HTTPSConnection(
+            probe.host, probe.port, timeout=probe.timeout, context=ssl._create_unverified_context()
+        )
     else:
         conn = http.client.HTTPConnection(probe.host, probe.port, timeout=probe.timeout)
     try:

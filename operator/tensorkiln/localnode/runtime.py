@@ -44,8 +44,15 @@ class Process:
         with open(plan.log_path, "ab") as log_file:
             offset = log_file.tell()
             try:
-                popen = subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd, stdin=subprocess.DEVNULL,
-                                         stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+                popen = subprocess.Popen(
+                    plan.argv,
+                    env=plan.env,
+                    cwd=plan.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             except FileNotFoundError:
                 raise StartError(f'exec: "{plan.argv[0]}": executable file not found in $PATH') from None
             except OSError as exc:
@@ -138,10 +145,9 @@ def _stat(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def _start_ticks(pid: int) -> int | None:
     stat = _stat(pid)
     return int(stat[19]) if stat else None
-

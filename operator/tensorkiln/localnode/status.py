@@ -30,8 +30,15 @@ def running(started_at: str) -> dict:
     return {"running": {"startedAt": started_at}}
 
 
-def terminated(exit_code: int, *, started_at: str | None, finished_at: str, message: str = "",
-               reason: str | None = None, container_id: str | None = None) -> dict:
+def terminated(
+    exit_code: int,
+    *,
+    started_at: str | None,
+    finished_at: str,
+    message: str = "",
+    reason: str | None = None,
+    container_id: str | None = None,
+) -> dict:
     state = {
         "exitCode": exit_code,
         "reason": reason or ("Completed" if exit_code == 0 else "Error"),
@@ -84,7 +91,7 @@ def exit_code(returncode: int) -> int:
 def termination_message(file_text: str, log_text: str, *, exit_code: int, fallback_to_logs: bool) -> str:
     if file_text or not fallback_to_logs or exit_code == 0:
         return _cap(file_text, MAX_MESSAGE_BYTES, keep="head")
-    tail = "\n".join(log_text.splitlines()[-FALLBACK_LINES:])
+    tail = "".join(log_text.splitlines(keepends=True)[-FALLBACK_LINES:])
     return _cap(tail, FALLBACK_BYTES, keep="tail")
 
 
@@ -95,8 +102,9 @@ def restarts(restart_policy: str, *, init: bool, exit_code: int) -> bool:
     return restart_policy != "Never" and exit_code != 0
 
 
-def pod_phase(restart_policy: str, inits: list[ContainerState], apps: list[ContainerState],
-              *, final: bool = False) -> str:
+def pod_phase(
+    restart_policy: str, inits: list[ContainerState], apps: list[ContainerState], *, final: bool = False
+) -> str:
     """final: nothing restarts any more (the pod is being deleted or ran past its deadline)."""
     no_restart = restart_policy == "Never" or final
     if no_restart and any(c.exit_code not in (None, 0) for c in inits):
@@ -115,8 +123,9 @@ def pod_phase(restart_policy: str, inits: list[ContainerState], apps: list[Conta
     return "Pending"
 
 
-def pod_conditions(phase: str, inits: list[ContainerState], apps: list[ContainerState],
-                   previous: dict[str, dict], now: str) -> list[dict]:
+def pod_conditions(
+    phase: str, inits: list[ContainerState], apps: list[ContainerState], previous: dict[str, dict], now: str
+) -> list[dict]:
     """Initialized, ContainersReady and Ready; lastTransitionTime kept while the status holds."""
     terminal = phase in TERMINAL_PHASES
     incomplete = [c.name for c in inits if c.exit_code != 0]
@@ -127,8 +136,11 @@ def pod_conditions(phase: str, inits: list[ContainerState], apps: list[Container
         ready = (False, "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]")
     else:
         ready = (True, "", "")
-    initialized = ((False, "ContainersNotInitialized", f"containers with incomplete status: [{' '.join(incomplete)}]")
-                   if incomplete else (True, "", ""))
+    initialized = (
+        (False, "ContainersNotInitialized", f"containers with incomplete status: [{' '.join(incomplete)}]")
+        if incomplete
+        else (True, "", "")
+    )
     conditions = []
     for kind, (ok, reason, message) in (("Initialized", initialized), ("ContainersReady", ready), ("Ready", ready)):
         status = "True" if ok else "False"
@@ -143,9 +155,18 @@ def pod_conditions(phase: str, inits: list[ContainerState], apps: list[Container
     return conditions
 
 
-def pod_status(*, phase: str, inits: list[ContainerState], apps: list[ContainerState],
-               conditions: list[dict], pod_ip: str | None, host_ip: str, start_time: str,
-               reason: str | None = None, message: str | None = None) -> dict:
+def pod_status(
+    *,
+    phase: str,
+    inits: list[ContainerState],
+    apps: list[ContainerState],
+    conditions: list[dict],
+    pod_ip: str | None,
+    host_ip: str,
+    start_time: str,
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict:
     status = {
         "phase": phase,
         "conditions": conditions,

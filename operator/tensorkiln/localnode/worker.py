@@ -31,8 +31,20 @@ from .node import HOST_IP
 from .podspec import ContainerPlan, PlanError, PodContext, PodPlan, Resolver, plan_pod
 from .probes import ProbeTracker, run_probe
 from .runtime import Process, StartError
-from .status import (TERMINAL_PHASES, ContainerState, exit_code, pod_conditions, pod_phase, pod_status,
-                     restarts, running, termination_message, terminated, timestamp, waiting)
+from .status import (
+    TERMINAL_PHASES,
+    ContainerState,
+    exit_code,
+    pod_conditions,
+    pod_phase,
+    pod_status,
+    restarts,
+    running,
+    terminated,
+    termination_message,
+    timestamp,
+    waiting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +56,12 @@ BACKOFF_RESET_S = 600
 DEFAULT_GRACE_S = 30
 STATUS_RETRY_CAP_S = 30
 DEADLINE_REASON = "DeadlineExceeded"
-LOST = dict(exit_code=137, reason="ContainerStatusUnknown",
-            message="The container could not be located when the pod was terminated")
+INITIAL_PROBE_RESULT = {"startup": None, "readiness": False, "liveness": True}  # as the kubelet's prober
+LOST = dict(
+    exit_code=137,
+    reason="ContainerStatusUnknown",
+    message="The container could not be located when the pod was terminated",
+)
 
 
 @dataclass(frozen=True)
@@ -95,8 +111,9 @@ class PodWorker:
         self._thread = threading.Thread(target=self._run, name=f"pod {self.namespace}/{self.name}", daemon=True)
         spec = pod["spec"]
         self._policy = spec.get("restartPolicy", "Always")
-        self._inits = [Container(ContainerState(c["name"], c.get("image", "")), True)
-                       for c in spec.get("initContainers", [])]
+        self._inits = [
+            Container(ContainerState(c["name"], c.get("image", "")), True) for c in spec.get("initContainers", [])
+        ]
         self._apps = [Container(ContainerState(c["name"], c.get("image", "")), False) for c in spec["containers"]]
         status = pod.get("status") or {}
         self._start_time = status.get("startTime") or timestamp()
@@ -174,8 +191,13 @@ class PodWorker:
             c.state.last_state = before.get("lastState") or {}
             state = before.get("state") or {}
             if "running" in state:
-                state = terminated(LOST["exit_code"], reason=LOST["reason"], message=LOST["message"],
-                                   started_at=state["running"].get("startedAt"), finished_at=timestamp())
+                state = terminated(
+                    LOST["exit_code"],
+                    reason=LOST["reason"],
+                    message=LOST["message"],
+                    started_at=state["running"].get("startedAt"),
+                    finished_at=timestamp(),
+                )
             if "terminated" not in state:
                 continue
             if restarts(self._policy, init=c.init, exit_code=state["terminated"]["exitCode"]):
@@ -189,8 +211,9 @@ class PodWorker:
         try:
             if not self._pod_ip:
                 self._pod_ip = self.env.ipam.allocate(self.uid)
-            ctx = PodContext(self.env.pod_dir(self.uid), self._pod_ip, HOST_IP, self.env.node_name,
-                             self.env.search_path)
+            ctx = PodContext(
+                self.env.pod_dir(self.uid), self._pod_ip, HOST_IP, self.env.node_name, self.env.search_path
+            )
             plan = plan_pod(self._pod, ctx, self.env.resolver)
             _prepare_volumes(plan)
         except (PlanError, IpExhausted, OSError) as exc:
@@ -203,8 +226,11 @@ class PodWorker:
         self._plan = plan
 
     def _setup_failed(self, exc: Exception, now: float) -> None:
-        error = exc if isinstance(exc, PlanError) else PlanError(
-            "IpExhausted" if isinstance(exc, IpExhausted) else "SetupFailed", str(exc), permanent=False)
+        error = (
+            exc
+            if isinstance(exc, PlanError)
+            else PlanError("IpExhausted" if isinstance(exc, IpExhausted) else "SetupFailed", str(exc), permanent=False)
+        )
         log.warning("pod %s/%s: %s: %s", self.namespace, self.name, error.reason, error.message)
         for c in self._inits + self._apps:
             if c.start_at is not None and error.container in (None, c.state.name):
@@ -244,8 +270,10 @@ class PodWorker:
             return
         c.state.container_id = f"local://{c.process.pid}"
         c.state.state = running(timestamp())
-        c.probes = {kind: ProbeTracker(probe, started_at=now, initial={"readiness": False, "liveness": True}.get(kind))
-                    for kind, probe in c.plan.probes.items()}
+        c.probes = {
+            kind: ProbeTracker(probe, started_at=now, initial=INITIAL_PROBE_RESULT[kind])
+            for kind, probe in c.plan.probes.items()
+        }
         c.state.started = "startup" not in c.probes
         c.state.ready = c.state.started and "readiness" not in c.probes and not c.init
 
@@ -261,18 +289,34 @@ class PodWorker:
                 c.state.started = True
                 c.state.ready = "readiness" not in c.probes
             elif result is False:  # startup or liveness failed: the kubelet kills the container
-                log.info("pod %s/%s: container %s failed its %s probe (%s), killing it",
-                         self.namespace, self.name, c.state.name, kind, detail)
+                log.info(
+                    "pod %s/%s: container %s failed its %s probe (%s), killing it",
+                    self.namespace,
+                    self.name,
+                    c.state.name,
+                    kind,
+                    detail,
+                )
                 self._exited(c, exit_code(c.process.stop(self._grace_s())))
                 return
 
     def _exited(self, c: Container, code: int, *, reason: str | None = None, message: str | None = None) -> None:
         if message is None:
-            message = termination_message(_read_text(c.plan.termination_path), c.process.log_text(),
-                                          exit_code=code, fallback_to_logs=c.plan.fallback_to_logs)
+            message = termination_message(
+                _read_text(c.plan.termination_path),
+                c.process.log_text(),
+                exit_code=code,
+                fallback_to_logs=c.plan.fallback_to_logs,
+            )
         started_at = c.state.state.get("running", {}).get("startedAt")
-        final_state = terminated(code, started_at=started_at, finished_at=timestamp(), message=message,
-                                 reason=reason, container_id=c.state.container_id)
+        final_state = terminated(
+            code,
+            started_at=started_at,
+            finished_at=timestamp(),
+            message=message,
+            reason=reason,
+            container_id=c.state.container_id,
+        )
         c.process, c.probes = None, {}
         c.state.ready = c.init and code == 0
         c.state.started = False
@@ -285,8 +329,11 @@ class PodWorker:
         c.backoff += 1
         c.start_at = time.monotonic() + delay
         c.state.last_state = final_state
-        c.state.state = waiting("CrashLoopBackOff", f"back-off {delay}s restarting failed container="
-                                f"{c.state.name} pod={self.name}_{self.namespace}({self.uid})")
+        c.state.state = waiting(
+            "CrashLoopBackOff",
+            f"back-off {delay}s restarting failed container="
+            f"{c.state.name} pod={self.name}_{self.namespace}({self.uid})",
+        )
 
     def _enforce_deadline(self) -> None:
         deadline = self._pod["spec"].get("activeDeadlineSeconds")
@@ -318,8 +365,9 @@ class PodWorker:
         if status["phase"] != "Succeeded":
             status["phase"] = "Failed"  # like the kubelet: a deleted pod ends in a terminal phase
         what = f"pod {self.namespace}/{self.name}"
-        if (retry(lambda: self._push(status), what=f"final status of {what}", stop=self._stopping)
-                and retry(lambda: delete_pod_now(self.env.kube, meta), what=f"deleting {what}", stop=self._stopping)):
+        if retry(lambda: self._push(status), what=f"final status of {what}", stop=self._stopping) and retry(
+            lambda: delete_pod_now(self.env.kube, meta), what=f"deleting {what}", stop=self._stopping
+        ):
             self.env.release(self.uid)
             log.info("%s: deleted", what)
 
@@ -338,9 +386,17 @@ class PodWorker:
         conditions = pod_conditions(phase, inits, apps, self._conditions, timestamp())
         self._conditions = {c["type"]: c for c in conditions}
         reason, message = self._failure or (None, None)
-        return pod_status(phase=phase, inits=inits, apps=apps, conditions=conditions,
-                          pod_ip=self._pod_ip or None, host_ip=HOST_IP, start_time=self._start_time,
-                          reason=reason, message=message)
+        return pod_status(
+            phase=phase,
+            inits=inits,
+            apps=apps,
+            conditions=conditions,
+            pod_ip=self._pod_ip or None,
+            host_ip=HOST_IP,
+            start_time=self._start_time,
+            reason=reason,
+            message=message,
+        )
 
     def _push(self, status: dict) -> bool:
         if status == self._pushed:
@@ -348,15 +404,24 @@ class PodWorker:
         if time.monotonic() < self._push_after:
             return False
         try:
-            self.env.kube.call("PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
-                               body={"status": status}, patch="strategic")
+            self.env.kube.call(
+                "PATCH",
+                f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
+                body={"status": status},
+                patch="strategic",
+            )
         except Exception as exc:
             if is_status(exc, 404):
                 self.stop("gone")
             self._push_delay = min(max(2 * self._push_delay, 1), STATUS_RETRY_CAP_S)
             self._push_after = time.monotonic() + self._push_delay
-            log.warning("pod %s/%s: status update failed (retrying in %.0fs): %s",
-                        self.namespace, self.name, self._push_delay, describe(exc))
+            log.warning(
+                "pod %s/%s: status update failed (retrying in %.0fs): %s",
+                self.namespace,
+                self.name,
+                self._push_delay,
+                describe(exc),
+            )
             return False
         self._pushed, self._push_delay = status, 0.0
         return True

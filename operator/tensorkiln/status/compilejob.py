@@ -1,9 +1,12 @@
 """CompileJob status from its Job and that Job's newest pod (pure)."""
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 
+from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.status.conditions import condition, find, merge_conditions
+from tensorkiln.status.engine import engine_status
 
 SIMULATED_NOTE = "simulated by kwok: no container runs there, so no engine is built"
 
@@ -21,13 +24,26 @@ def _termination(pod: dict | None) -> dict | None:
     return None
 
 
-def engine_from_message(message: str) -> dict | None:
-    """The compiler ends by writing {"engine": {"digest": ..., "uri": ...}} as its termination message."""
+@dataclass(frozen=True)
+class Published:
+    """An engine found in the registry (after a compile, or as a cache hit)."""
+
+    manifest: EngineManifest
+    digest: str
+    uri: str
+
+
+def compiler_report(message: str) -> dict:
+    """The compiler's termination message: {"engine": {...}} on success, {"error": {...}} on failure."""
     try:
         report = json.loads(message)
     except (TypeError, ValueError):
-        return None
-    engine = report.get("engine") if isinstance(report, dict) else None
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def reported_engine(pod: dict | None) -> dict | None:
+    engine = compiler_report((_termination(pod) or {}).get("message") or "").get("engine")
     return engine if isinstance(engine, dict) and "digest" in engine else None
 
 
@@ -37,18 +53,46 @@ def _placement(pod: dict | None, simulated_nodes: set[str]) -> tuple[str | None,
     if not node:
         waiting = find((pod or {}).get("status", {}).get("conditions"), "PodScheduled")
         if waiting and waiting.get("status") == "False":
-            return None, False, condition("Scheduled", False, waiting.get("reason", "Unschedulable"),
-                                          waiting.get("message", "the scheduler found no node"))
+            return (
+                None,
+                False,
+                condition(
+                    "Scheduled",
+                    False,
+                    waiting.get("reason", "Unschedulable"),
+                    waiting.get("message", "the scheduler found no node"),
+                ),
+            )
         return None, False, condition("Scheduled", False, "WaitingForPod", "no pod bound to a node yet")
     simulated = node in simulated_nodes
     message = f"pod {pod['metadata']['name']} bound to node {node}" + (f" ({SIMULATED_NOTE})" if simulated else "")
     return node, simulated, condition("Scheduled", True, "Scheduled", message)
 
 
+def cache_hit_status(compile_job: dict, published: Published, now: datetime) -> dict:
+    """The registry already holds this engine: Succeeded without a Job."""
+    generation = compile_job["metadata"].get("generation", 1)
+    fields, conditions = engine_status(published.manifest, published.digest, published.uri, cache_hit=True)
+    return {
+        "observedGeneration": generation,
+        "phase": "Succeeded",
+        **fields,
+        "conditions": merge_conditions(compile_job.get("status", {}).get("conditions"), conditions, generation, now),
+    }
+
+
 def compile_job_status(
-    compile_job: dict, job: dict | None, pod: dict | None, simulated_nodes: set[str], now: datetime
+    compile_job: dict,
+    job: dict | None,
+    pod: dict | None,
+    simulated_nodes: set[str],
+    now: datetime,
+    published: Published | None = None,
 ) -> dict:
-    """Mirror the Job's progress into the CompileJob's phase, conditions and timestamps."""
+    """Mirror the Job's progress into the CompileJob's phase, conditions and timestamps.
+
+    `published` is the engine the compiler reported, as read back from the registry.
+    """
     old = compile_job.get("status", {})
     generation = compile_job["metadata"].get("generation", 1)
     status: dict = {"observedGeneration": generation}
@@ -73,21 +117,26 @@ def compile_job_status(
     status["simulatedNode"] = simulated
 
     terminated = _termination(pod) or {}
-    message = (terminated.get("message") or "").strip()
+    error = compiler_report(terminated.get("message") or "").get("error") or {}
     complete, failed = _job_condition(job, "Complete"), _job_condition(job, "Failed")
-    if complete:
+    extra: list[dict] = []
+    if complete and published:
         status["phase"] = "Succeeded"
-        engine = engine_from_message(message)
-        if engine:
-            status["engine"] = engine
-            compiled = condition("Compiled", True, "EnginePublished", f"engine {engine['digest']} published")
-        else:
-            compiled = condition("Compiled", False, "NoEngineReported",
-                                 "the compiler exited 0 but reported no engine in its termination message")
+        fields, (compiled, *extra) = engine_status(published.manifest, published.digest, published.uri, False)
+        status |= fields
+    elif complete:
+        status["phase"] = "Failed"
+        status["reason"] = "EngineNotFound"
+        status["message"] = "the compiler exited 0 but the registry holds no engine it reported"
+        compiled = condition("Compiled", False, status["reason"], status["message"])
     elif failed:
         status["phase"] = "Failed"
-        status["reason"] = failed.get("reason", "Failed")
-        status["message"] = message or failed.get("message", "the compile Job failed")
+        status["reason"] = error.get("reason") or failed.get("reason", "Failed")
+        status["message"] = (
+            error.get("message")
+            or (terminated.get("message") or "").strip()
+            or failed.get("message", "the compile Job failed")
+        )[:4096]
         compiled = condition("Compiled", False, status["reason"], status["message"])
     elif node and (pod or {}).get("status", {}).get("phase") == "Running":
         status["phase"] = "Running"
@@ -96,5 +145,5 @@ def compile_job_status(
     else:
         status["phase"] = "Pending"
         compiled = condition("Compiled", None, "Pending", "waiting for the compile pod to start")
-    status["conditions"] = merge_conditions(old.get("conditions"), [scheduled, compiled], generation, now)
+    status["conditions"] = merge_conditions(old.get("conditions"), [scheduled, compiled, *extra], generation, now)
     return status

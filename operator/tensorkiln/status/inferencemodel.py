@@ -57,11 +57,17 @@ def inference_model_status(
         phase = "Compiling"
 
     if compiled["status"] == "True":
-        deployed = condition("Deployed", False, "RolloutPending", "engines are published; serving is not rolled out yet")
+        deployed = condition(
+            "Deployed", False, "RolloutPending", "engines are published; serving is not rolled out yet"
+        )
     else:
         deployed = condition("Deployed", False, "AwaitingEngines", "serving starts once a target's engine is published")
-    ready = condition("Ready", False, compiled["reason"] if compiled["status"] != "True" else deployed["reason"],
-                      compiled["message"] if compiled["status"] != "True" else deployed["message"])
+    ready = condition(
+        "Ready",
+        False,
+        compiled["reason"] if compiled["status"] != "True" else deployed["reason"],
+        compiled["message"] if compiled["status"] != "True" else deployed["message"],
+    )
     old_conditions = model.get("status", {}).get("conditions")
     return {
         "observedGeneration": generation,

@@ -1,0 +1,76 @@
+"""Validate step: compare a candidate's outputs with the FP32 reference on the validation set.
+
+An element is out of tolerance when it misses both limits, |d| > maxAbsError and
+|d| > maxRelError * |reference| (numpy.isclose's reading of atol/rtol): near zero the
+absolute limit decides, on large values the relative one. So each reported figure compares
+directly with its tolerance: maxAbsError is the largest |d|; maxRelError is the largest
+|d| / |reference| among the elements beyond the absolute limit (0 when none are).
+Cosine similarity is the lowest over outputs; top-1 agreement is measured on outputs shaped
+like class scores ([batch, classes]) and gated only when minTop1Agreement is set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tensorkiln.api import AccuracyTolerance
+from tensorkiln.registry.manifest import Accuracy
+
+Outputs = list[list[np.ndarray]]  # per validation batch, per model output
+LARGEST = float(np.finfo(np.float64).max)  # stands for an infinite error: JSON has no Infinity
+
+
+def compare(
+    reference: Outputs, candidate: Outputs, tolerance: AccuracyTolerance, *, samples: int, synthetic: bool
+) -> tuple[Accuracy, str | None]:
+    """The figures, and why the candidate is rejected (None when it passes)."""
+    max_abs = max_rel = 0.0
+    cosines, top1 = [], []
+    for index in range(len(reference[0])):
+        ref = np.concatenate([batch[index] for batch in reference]).astype(np.float64)
+        out = np.concatenate([batch[index] for batch in candidate]).astype(np.float64)
+        if ref.shape != out.shape:
+            raise ValueError(f"output {index} has shape {out.shape}, the reference {ref.shape}")
+        diff = np.nan_to_num(np.abs(out - ref), nan=np.inf)  # a NaN output is infinitely wrong
+        max_abs = max(max_abs, float(diff.max(initial=0.0)))
+        beyond = diff > tolerance.max_abs_error
+        if beyond.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                max_rel = max(max_rel, float(np.max(diff[beyond] / np.abs(ref[beyond]))))
+        cosines.append(_cosine(ref.ravel(), out.ravel()))
+        if ref.ndim == 2 and ref.shape[1] > 1:
+            top1.append(float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))))
+    accuracy = Accuracy(
+        max_abs_error=min(max_abs, LARGEST),
+        max_rel_error=min(max_rel, LARGEST),
+        cosine_similarity=min(cosines),
+        top1_agreement=min(top1) if top1 else None,
+        samples=samples,
+        synthetic_data=synthetic,
+    )
+    return accuracy, _rejection(accuracy, tolerance)
+
+
+def _rejection(accuracy: Accuracy, tolerance: AccuracyTolerance) -> str | None:
+    problems = []
+    if not accuracy.max_rel_error <= tolerance.max_rel_error:  # `not <=`: NaN fails too
+        problems.append(
+            f"elements beyond maxAbsError {tolerance.max_abs_error:g} (max {accuracy.max_abs_error:.3g}) "
+            f"are also beyond maxRelError {tolerance.max_rel_error:g} (max {accuracy.max_rel_error:.3g})"
+        )
+    if not accuracy.cosine_similarity >= tolerance.min_cosine_similarity:
+        problems.append(
+            f"cosine similarity {accuracy.cosine_similarity:.6f} < minCosineSimilarity {tolerance.min_cosine_similarity:g}"
+        )
+    wanted = tolerance.min_top1_agreement
+    if wanted is not None and accuracy.top1_agreement is not None and not accuracy.top1_agreement >= wanted:
+        problems.append(f"top-1 agreement {accuracy.top1_agreement:.3f} < minTop1Agreement {wanted:g}")
+    return "; ".join(problems) or None
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    with np.errstate(invalid="ignore", over="ignore"):
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    if norms == 0.0:  # all-zero outputs agree only with all zeros
+        return 1.0 if not a.any() and not b.any() else 0.0
+    cosine = float(np.dot(a, b) / norms)
+    return min(cosine, 1.0) if np.isfinite(cosine) else 0.0  # NaN/Inf outputs are not similar to anything

@@ -1,0 +1,79 @@
+"""Benchmark step: latency percentiles and throughput of one loaded engine on this node.
+
+Candidates are timed in interleaved rounds (short blocks, each after an untimed run), so load
+from other pods on the node biases none of them. Run counts are small on purpose (a compile node may have 2 cores) and a time cap stops
+slow candidates from eating the Job's deadline; the counts actually run are recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tensorkiln.registry.manifest import Benchmark
+
+from .candidates import Runner
+from .data import Arrays
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    warmup: int = 3
+    runs: int = 20
+    time_cap_s: float = 30.0  # per candidate and batch size, once min_runs rounds are done
+    min_runs: int = 5
+    block: int = 5  # timed runs of one engine per round
+
+
+def measure_all(
+    runners: dict[str, Runner], feeds: Arrays, batch_size: int, plan: BenchmarkPlan, threads: int
+) -> tuple[dict[str, Benchmark], dict[str, Exception]]:
+    """Round-robin in blocks: each round times every engine `block` times, so load from a noisy
+    neighbour lands on all of them alike.
+
+    Returns the benchmarks, and the error of each engine that failed (it leaves the rotation).
+    """
+    failures: dict[str, Exception] = {}
+    times: dict[str, list[float]] = {}
+    for id, runner in runners.items():
+        try:
+            for _ in range(plan.warmup):
+                runner.run(feeds)
+            times[id] = []
+        except Exception as e:
+            failures[id] = e
+    deadline = time.perf_counter() + plan.time_cap_s * max(1, len(times))
+    while times and min(len(t) for t in times.values()) < plan.runs:
+        if min(len(t) for t in times.values()) >= plan.min_runs and time.perf_counter() > deadline:
+            break
+        for id in list(times):
+            try:
+                _block(runners[id], feeds, times[id], min(plan.block, plan.runs - len(times[id])))
+            except Exception as e:
+                failures[id] = e
+                del times[id]
+    return {id: _summary(t, batch_size, plan, threads) for id, t in times.items()}, failures
+
+
+def _block(runner: Runner, feeds: Arrays, times: list[float], count: int) -> None:
+    # One untimed run first: the previous engine's worker threads may still be spinning.
+    runner.run(feeds)
+    for _ in range(count):
+        start = time.perf_counter()
+        runner.run(feeds)
+        times.append(time.perf_counter() - start)
+
+
+def _summary(times: list[float], batch_size: int, plan: BenchmarkPlan, threads: int) -> Benchmark:
+    p50, p95, p99 = np.percentile(np.array(times) * 1000.0, [50, 95, 99])
+    return Benchmark(
+        batch_size=batch_size,
+        p50_ms=float(p50),
+        p95_ms=float(p95),
+        p99_ms=float(p99),
+        throughput_per_s=batch_size * len(times) / sum(times),
+        threads=threads,
+        warmup_runs=plan.warmup,
+        runs=len(times),
+    )

@@ -1,0 +1,98 @@
+"""onnxruntime candidates, the baseline, and the FP32 reference every candidate is checked against.
+
+Candidates bake ORT_ENABLE_ALL graph optimisations into a saved model
+(SessionOptions.optimized_model_filepath): the served file is already optimised for this
+hardware class. INT8 is the calibrated Q/DQ variant, optimised the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tensorkiln.api import Compiler, Precision
+
+from .. import variants
+from ..data import Arrays
+from ..errors import InvalidInput
+from ..inspection import MODEL_FIELD
+from . import Build, BuildContext, Runner, Skipped
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+# How onnxruntime says it lacks an operator (custom domains, kernels missing for a type or opset).
+UNSUPPORTED_OPERATOR = ("is not a registered function/op", "Could not find an implementation")
+
+
+class OrtRunner(Runner):
+    def __init__(self, path: Path, options: ort.SessionOptions, providers: list[str]):
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
+
+    def run(self, feeds: Arrays) -> list[np.ndarray]:
+        return self.session.run(None, feeds)
+
+
+def session_options(threads: int, level: ort.GraphOptimizationLevel | None = None) -> ort.SessionOptions:
+    """Default options but the thread count: the container's CPUs, not the host's cores."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    if level is not None:
+        options.graph_optimization_level = level
+    return options
+
+
+def providers(ctx: BuildContext) -> list[str]:
+    if ctx.gpu_class and CUDA in ort.get_available_providers():
+        return [CUDA, CPU]
+    return [CPU]
+
+
+def reference(path: Path, threads: int) -> OrtRunner:
+    """The FP32 truth: the unmodified ONNX, default options, CPU. A model it cannot load is bad input."""
+    try:
+        return OrtRunner(path, session_options(threads), [CPU])
+    except Exception as e:  # onnxruntime's pybind errors: NotImplemented, InvalidGraph, Fail, ...
+        unsupported = type(e).__name__ == "NotImplemented" or any(s in str(e) for s in UNSUPPORTED_OPERATOR)
+        reason = "UnsupportedOperator" if unsupported else "ModelMalformed"
+        raise InvalidInput(reason, f"{MODEL_FIELD}: onnxruntime cannot load {path.name}: {e}") from e
+
+
+def baseline(ctx: BuildContext) -> Build:
+    """The unmodified ONNX on onnxruntime with default SessionOptions (threads aside)."""
+    chosen = providers(ctx)
+    return Build(
+        Compiler.ONNX_RUNTIME,
+        Precision.FP32,
+        files={"model.onnx": ctx.model.path},
+        settings={"graphOptimizationLevel": "default", "intraOpNumThreads": ctx.threads, "providers": chosen},
+        open=lambda: OrtRunner(ctx.model.path, session_options(ctx.threads), chosen),
+        baseline=True,
+    )
+
+
+def build(ctx: BuildContext, precision: Precision) -> Build:
+    chosen = providers(ctx)
+    settings: dict = {"graphOptimizationLevel": "ORT_ENABLE_ALL", "intraOpNumThreads": ctx.threads, "providers": chosen}
+    if precision == Precision.FP32:
+        source = ctx.model.path
+    elif precision == Precision.INT8:
+        source, settings["quantization"] = variants.qdq_model(ctx, symmetric_activations=False)
+    elif precision == Precision.FP16 and CUDA in chosen:
+        source = variants.fp16_model(ctx)
+    elif precision == Precision.FP16:
+        raise Skipped("FP16 needs the CUDA execution provider; onnxruntime's CPU kernels run FP16 slower than FP32")
+    else:
+        raise Skipped(f"onnxruntime has no {precision.value} conversion; use OpenVINO or TensorRT for it")
+    out = ctx.output_dir(f"onnxruntime-{precision.value.lower()}") / "model.onnx"
+    options = session_options(ctx.threads, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    options.optimized_model_filepath = str(out)
+    options.log_severity_level = 3  # ORT warns that the saved model is hardware-specific: that is the point
+    ort.InferenceSession(str(source), options, providers=chosen)  # writes the optimised model
+    return Build(
+        Compiler.ONNX_RUNTIME,
+        precision,
+        files={"model.onnx": out},
+        settings=settings,
+        open=lambda: OrtRunner(out, session_options(ctx.threads, ort.GraphOptimizationLevel.ORT_ENABLE_ALL), chosen),
+    )

@@ -1,0 +1,85 @@
+"""OpenVINO candidates: the ONNX converted to IR (model.xml + model.bin) for this CPU.
+
+The IR's input shapes are bounded to spec.shapes. FP32 forces INFERENCE_PRECISION_HINT=f32,
+because OpenVINO otherwise computes in BF16 on CPUs that have it (AMX, AVX512-BF16); INT8 is
+NNCF post-training quantization (MIXED preset) on the calibration set, the rest of the graph in the CPU's
+default precision. The precision the CPU actually uses is read back and recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import openvino as ov
+from tensorkiln.api import Compiler, Precision
+
+from ..data import Arrays
+from . import Build, BuildContext, Runner, Skipped
+
+DEVICE = "CPU"
+_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
+
+
+class OvRunner(Runner):
+    def __init__(self, compiled: ov.CompiledModel, output_names: list[str]):
+        self.request = compiled.create_infer_request()
+        self.outputs = [compiled.output(name) for name in output_names]
+
+    def run(self, feeds: Arrays) -> list[np.ndarray]:
+        results = self.request.infer(feeds)
+        return [np.array(results[port]) for port in self.outputs]
+
+
+def build(ctx: BuildContext, precision: Precision) -> Build:
+    if ctx.gpu_class:
+        raise Skipped("OpenVINO builds CPU engines here; this is a GPU class")
+    core = ov.Core()
+    capabilities = core.get_property(DEVICE, "OPTIMIZATION_CAPABILITIES")
+    if precision in (Precision.BF16, Precision.FP16) and precision.value not in capabilities:
+        raise Skipped(
+            f"this CPU has no {precision.value} kernels (OpenVINO CPU capabilities: {', '.join(capabilities)})"
+        )
+    model = ov.convert_model(str(ctx.model.path))
+    # Bounded dynamic shapes: the engine accepts exactly spec.shapes, and the CPU plugin can plan for it.
+    model.reshape(
+        {
+            t.name: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in zip(t.profile[0], t.profile[2])])
+            for t in ctx.model.inputs
+        }
+    )
+    settings: dict = {"device": DEVICE}
+    if precision == Precision.INT8:
+        model, settings["quantization"] = _quantize(model, ctx)
+    out = ctx.output_dir(f"openvino-{precision.value.lower()}") / "model.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)  # keep FP32 weights: precision is a runtime choice
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": str(ctx.threads)}
+    if precision in _HINTS:
+        config["INFERENCE_PRECISION_HINT"] = _HINTS[precision]
+    compiled = core.compile_model(str(out), DEVICE, config)  # from the saved IR: measure what is shipped
+    settings["config"] = config
+    settings["inferencePrecision"] = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+    output_names = [t.name for t in ctx.model.outputs]
+    return Build(
+        Compiler.OPENVINO,
+        precision,
+        files={"model.xml": out, "model.bin": out.with_suffix(".bin")},
+        settings=settings,
+        open=lambda: OvRunner(compiled, output_names),
+    )
+
+
+def _quantize(model: ov.Model, ctx: BuildContext) -> tuple[ov.Model, dict]:
+    import nncf
+
+    nncf.set_log_level(logging.WARNING)
+    samples = ctx.dataset.calibration_samples()
+    # MIXED (asymmetric activations): the PERFORMANCE default lost PP-OCR det to cosine 0.84; MIXED keeps 0.994.
+    preset = nncf.QuantizationPreset.MIXED
+    quantized = nncf.quantize(model, nncf.Dataset(samples), subset_size=len(samples), preset=preset)
+    return quantized, {
+        "method": "nncf.quantize",
+        "preset": preset.value,
+        "nncf": nncf.__version__,
+        "calibrationSamples": len(samples),
+    }

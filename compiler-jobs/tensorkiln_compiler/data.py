@@ -1,0 +1,131 @@
+"""Data step: calibration and validation samples, one array per model input, sample index first.
+
+The dataset is an .npz, or a directory of NAME.npy files. Without one, inputs are
+synthesised from the resolved shapes (seeded) and the engine says so (syntheticData).
+Validation samples are held out of calibration whenever there are at least two samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidInput
+from .fetch import Fetched
+from .inspection import Tensor
+
+FIELD = "spec.calibration.datasetUri"
+MAX_VALIDATION = 16  # enough to compare outputs, few enough for a 2-core node
+SYNTHETIC_SAMPLES = 16
+SEED = 0
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    calibration: Arrays
+    validation: Arrays
+    synthetic: bool
+    uri: str | None = None
+    sha256: str | None = None
+
+    def calibration_samples(self) -> list[Arrays]:
+        """One feed per sample (batch of 1): what calibrators iterate over."""
+        count = len(next(iter(self.calibration.values())))
+        return [{name: a[i : i + 1] for name, a in self.calibration.items()} for i in range(count)]
+
+    def batches(self, size: int) -> list[Arrays]:
+        """Validation samples in full batches of `size`, repeating samples to fill the last one."""
+        count = len(next(iter(self.validation.values())))
+        order = np.arange(math.ceil(count / size) * size) % count
+        return [
+            {name: a[order[i : i + size]] for name, a in self.validation.items()} for i in range(0, len(order), size)
+        ]
+
+    def manifest(self) -> dict:
+        return {
+            "datasetUri": self.uri,
+            "sha256": self.sha256,
+            "calibrationSamples": len(next(iter(self.calibration.values()))),
+            "validationSamples": len(next(iter(self.validation.values()))),
+            "syntheticData": self.synthetic,
+        }
+
+
+def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: int) -> Dataset:
+    arrays = {t.name: _checked(_read(fetched.path), t, fetched.path.name) for t in inputs}
+    counts = {name: len(a) for name, a in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise InvalidInput("CalibrationDataInvalid", f"{FIELD}: inputs have different sample counts: {counts}")
+    return Dataset(*_split(arrays, max_calibration), synthetic=False, uri=fetched.uri, sha256=fetched.sha256)
+
+
+def synthesize(inputs: tuple[Tensor, ...]) -> Dataset:
+    rng = np.random.default_rng(SEED)
+    arrays = {}
+    for tensor in inputs:
+        shape = tensor.shape(SYNTHETIC_SAMPLES)
+        if tensor.dtype.kind == "f":
+            arrays[tensor.name] = rng.standard_normal(shape).astype(tensor.dtype)
+        elif tensor.dtype.kind == "b":
+            arrays[tensor.name] = rng.integers(0, 2, shape).astype(bool)
+        else:  # ids and indices: small values stay valid for most vocabularies and tables
+            arrays[tensor.name] = rng.integers(0, 16, shape).astype(tensor.dtype)
+    return Dataset(*_split(arrays, SYNTHETIC_SAMPLES), synthetic=True)
+
+
+def _read(path: Path) -> dict:
+    try:
+        if path.is_dir():
+            return {p.stem: np.load(p, allow_pickle=False) for p in sorted(path.glob("*.npy"))}
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as e:
+        raise InvalidInput(
+            "CalibrationDataInvalid", f"{FIELD}: {path.name} is neither an .npz nor a directory of .npy: {e}"
+        ) from e
+
+
+def _checked(arrays: dict, tensor: Tensor, source: str) -> np.ndarray:
+    where = f"{FIELD}: {source}"
+    if tensor.name not in arrays:
+        raise InvalidInput(
+            "CalibrationDataInvalid",
+            f"{where} has no array for input {tensor.name!r} (has: {', '.join(arrays) or 'none'})",
+        )
+    array = arrays[tensor.name]
+    if array.ndim != len(tensor.dims):
+        raise InvalidInput(
+            "CalibrationDataInvalid",
+            f"{where}: array {tensor.name!r} has shape {array.shape}; input {tensor.name!r} needs rank "
+            f"{len(tensor.dims)}, sample index first",
+        )
+    if len(array) == 0:
+        raise InvalidInput("CalibrationDataInvalid", f"{where}: array {tensor.name!r} is empty")
+    low, _, high = tensor.profile
+    for axis in range(1, array.ndim):
+        if not low[axis] <= array.shape[axis] <= high[axis]:
+            raise InvalidInput(
+                "CalibrationDataInvalid",
+                f"{where}: array {tensor.name!r} has shape {array.shape}; axis {axis} of input {tensor.name!r} "
+                f"accepts {low[axis]}..{high[axis]}",
+            )
+    if not np.can_cast(array.dtype, tensor.dtype, "same_kind"):
+        raise InvalidInput(
+            "CalibrationDataInvalid",
+            f"{where}: array {tensor.name!r} is {array.dtype}; input {tensor.name!r} is {tensor.dtype}",
+        )
+    return array.astype(tensor.dtype, copy=False)
+
+
+def _split(arrays: Arrays, max_calibration: int) -> tuple[Arrays, Arrays]:
+    count = len(next(iter(arrays.values())))
+    if count == 1:  # nothing to hold out: validate on the calibration sample itself
+        return arrays, arrays
+    held_out = min(MAX_VALIDATION, max(1, count // 4))
+    calibration = min(count - held_out, max_calibration)
+    return {n: a[:calibration] for n, a in arrays.items()}, {n: a[count - held_out :] for n, a in arrays.items()}

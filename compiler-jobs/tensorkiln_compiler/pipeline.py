@@ -1,0 +1,227 @@
+"""The compile, step by step: nothing reaches the registry unless every step before it succeeded.
+
+fetch -> cache lookup -> inspect -> fingerprint -> data -> reference outputs -> candidates
+(build, validate, benchmark) -> select -> stage the winner's files -> publish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tensorkiln.api import CompileJobSpec, Compiler, Precision
+from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest
+
+from . import __version__, report
+from .accuracy import compare
+from .benchmark import BenchmarkPlan, measure_all
+from .candidates import Build, BuildContext, Runner, Skipped, builder, candidate_id
+from .candidates import onnxruntime as ort_candidates
+from .candidates import tensorrt as trt_candidates
+from .data import Dataset, load_dataset, synthesize
+from .errors import TensorRTUnavailable
+from .fetch import fetch, verify_digest
+from .fingerprint import fingerprint
+from .inspection import ModelInfo, inspect_model
+from .publish import Opener, Registry, default_opener, stage
+from .selection import select
+
+log = logging.getLogger(__name__)
+MAX_REASON = 600  # candidate reasons live in the manifest, not the termination message, but stay short
+
+
+@dataclass(frozen=True)
+class Options:
+    benchmark: BenchmarkPlan = field(default_factory=BenchmarkPlan)
+    trt: dict = field(default_factory=dict)  # tensorrt.plan_build keyword options
+
+
+@dataclass(frozen=True)
+class Outcome:
+    payload: dict  # the termination message
+    manifest: EngineManifest | None  # None when the registry already had the engine
+
+
+def run(spec: CompileJobSpec, work_dir: Path, options: Options = Options(), opener: Opener = default_opener) -> Outcome:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    source = fetch(spec.source.uri, work_dir / "model", field="spec.source.uri", what="Model")
+    verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
+    key = CacheKey(
+        model_digest=source.sha256,
+        options_hash=spec.options_hash,
+        hardware_class=spec.hardware.class_name,
+        compiler_version=__version__,
+    )
+    model = inspect_model(source.path, spec.shapes, spec.objective.batch_size)  # bad input first: exit 2, no retry
+    registry = Registry(opener, spec.registry.uri)
+    if digest := registry.lookup(key):  # a retry after a publish that was not reported
+        log.info("engine %s already in the registry for this key", digest)
+        return Outcome(report.cached(digest, registry.engine_uri(digest)), None)
+
+    node = fingerprint()
+    log.info("node: %s", node)
+    ctx = BuildContext(
+        spec=spec,
+        model=model,
+        dataset=_dataset(spec, model, work_dir),
+        fingerprint=node,
+        threads=node["cpu"]["usableCpus"],
+        work_dir=work_dir,
+        trt_options=options.trt,
+    )
+    if Compiler.TENSORRT in spec.compilers and ctx.gpu_class:
+        trt_candidates.require(ctx)  # fail before minutes of other candidates, never fall back
+    candidates, builds = _evaluate_all(ctx, options.benchmark)
+    selection = select(candidates, spec.objective)
+    candidates = [c.model_copy(update={"status": "Selected"}) if c.id == selection.winner else c for c in candidates]
+    winner = builds[selection.winner]
+    files_dir = work_dir / "engine"
+    manifest = EngineManifest(
+        key=key,
+        model_name=spec.model_name,
+        source_uri=spec.source.uri,
+        hardware_kind=spec.hardware.kind.value,
+        fingerprint=node,
+        compiler=winner.compiler.value,
+        runtime_versions=node["runtimes"],
+        precision=winner.precision.value,
+        inputs=[t.info() for t in model.inputs],
+        outputs=[t.info() for t in model.outputs],
+        profiles=_profiles(spec, model),
+        calibration=ctx.dataset.manifest(),
+        preprocessing_steps=ctx.steps,
+        candidates=candidates,
+        selection=selection,
+        artifacts=stage(winner.files, files_dir),
+        created_at=datetime.now(UTC),
+    )
+    (work_dir / "manifest.json").write_text(manifest.model_dump_json(by_alias=True, indent=2))
+    digest, uri = registry.publish(manifest, files_dir)
+    log.info("published %s as %s (%s)", selection.winner, digest, uri)
+    return Outcome(report.success(digest, uri, manifest), manifest)
+
+
+def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
+    if spec.calibration is None:
+        log.info("no calibration dataset: synthesising inputs; accuracy is checked on synthetic data only")
+        return synthesize(model.inputs)
+    fetched = fetch(
+        spec.calibration.dataset_uri, work_dir / "data", field="spec.calibration.datasetUri", what="CalibrationData"
+    )
+    return load_dataset(fetched, model.inputs, spec.calibration.samples)
+
+
+def _profiles(spec: CompileJobSpec, model: ModelInfo) -> dict:
+    return {
+        **spec.shapes.model_dump(by_alias=True, mode="json"),
+        "inputs": {t.name: dict(zip(("min", "opt", "max"), map(list, t.profile))) for t in model.inputs},
+    }
+
+
+def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidate], dict[str, Build]]:
+    """Validate the baseline and every (compiler, precision) pair, then benchmark the survivors together."""
+    validate = _Validator(ctx)
+    records, builds, runners = [], {}, {}
+    try:
+        jobs = [(lambda: ort_candidates.baseline(ctx), Compiler.ONNX_RUNTIME, Precision.FP32, True)] + [
+            (lambda c=c, p=p: builder(c)(ctx, p), c, p, False) for c, p in itertools.product(ctx.spec.compilers, ctx.spec.precisions)
+        ]  # fmt: skip
+        for make, compiler, precision, baseline in jobs:
+            record, build, runner = validate(make, compiler, precision, baseline)
+            records.append(record)
+            if runner:
+                builds[record.id], runners[record.id] = build, runner
+        benchmarks, failures = _benchmark(ctx, runners, plan)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    done = []
+    for record in records:  # validated ones get their benchmarks, or why benchmarking failed
+        if record.id in benchmarks:
+            record = _logged(record.model_copy(update={"benchmarks": benchmarks[record.id]}))
+        elif record.id in failures:
+            record = _logged(
+                record.model_copy(update={"status": "Failed", "reason": f"benchmark failed: {failures[record.id]}"})
+            )
+        done.append(record)
+    return done, {id: build for id, build in builds.items() if id in benchmarks}
+
+
+def _benchmark(
+    ctx: BuildContext, runners: dict[str, Runner], plan: BenchmarkPlan
+) -> tuple[dict[str, list[Benchmark]], dict[str, str]]:
+    """At objective.batchSize, then at batch 1: candidate id -> benchmarks, and id -> why it failed."""
+    size = ctx.spec.objective.batch_size
+    results: dict[str, list[Benchmark]] = {}
+    failures: dict[str, str] = {}
+    live = dict(runners)
+    for batch in [size] if size == 1 else [size, 1]:
+        measured, errors = measure_all(live, ctx.dataset.batches(batch)[0], batch, plan, ctx.threads)
+        for id, error in errors.items():
+            log.error("benchmarking %s at batch %d failed: %s", id, batch, error)
+            failures[id] = f"{type(error).__name__}: {error}"
+            live.pop(id)
+            results.pop(id, None)
+        for id, benchmark in measured.items():
+            results.setdefault(id, []).append(benchmark)
+    return results, failures
+
+
+class _Validator:
+    """Build one candidate and check its outputs against the FP32 reference; keep it open if it passes."""
+
+    def __init__(self, ctx: BuildContext):
+        self.ctx = ctx
+        self.batches = ctx.dataset.batches(ctx.spec.objective.batch_size)
+        reference = ort_candidates.reference(ctx.model.path, ctx.threads)
+        self.reference = [reference.run(batch) for batch in self.batches]
+
+    def __call__(
+        self, make: Callable[[], Build], compiler: Compiler, precision: Precision, baseline: bool
+    ) -> tuple[Candidate, Build | None, Runner | None]:
+        record = Candidate(id=candidate_id(compiler, precision, baseline), compiler=compiler.value,
+                           precision=precision.value, baseline=baseline, status="Failed")  # fmt: skip
+        try:
+            build = make()
+        except Skipped as e:
+            return _logged(record.model_copy(update={"reason": f"skipped: {e}"})), None, None
+        except TensorRTUnavailable:
+            raise
+        except Exception as e:
+            log.exception("building %s failed", record.id)
+            return _logged(record.model_copy(update={"reason": f"build failed: {type(e).__name__}: {e}"})), None, None
+        record = record.model_copy(update={"settings": build.settings})
+        runner = None
+        try:
+            runner = build.open()
+            outputs = [runner.run(batch) for batch in self.batches]
+            accuracy, rejection = compare(
+                self.reference, outputs, self.ctx.spec.accuracy,
+                samples=self.ctx.dataset.manifest()["validationSamples"], synthetic=self.ctx.dataset.synthetic,
+            )  # fmt: skip
+        except Exception as e:
+            log.exception("running %s failed", record.id)
+            if runner:
+                runner.close()
+            return _logged(record.model_copy(update={"reason": f"run failed: {type(e).__name__}: {e}"})), None, None
+        if rejection:
+            runner.close()
+            update = {"status": "RejectedAccuracy", "reason": rejection, "accuracy": accuracy}
+            return _logged(record.model_copy(update=update)), None, None
+        return record.model_copy(update={"status": "Passed", "accuracy": accuracy}), build, runner
+
+
+def _logged(record: Candidate) -> Candidate:
+    if len(record.reason) > MAX_REASON:
+        record = record.model_copy(update={"reason": record.reason[:MAX_REASON] + " ..."})
+    first = record.benchmarks[0] if record.benchmarks else None
+    log.info(
+        "candidate %s: %s%s%s", record.id, record.status,
+        f" p50 {first.p50_ms:.2f} ms p95 {first.p95_ms:.2f} ms at batch {first.batch_size}" if first else "",
+        f" ({record.reason})" if record.reason else "",
+    )  # fmt: skip
+    return record

@@ -1,0 +1,23 @@
+"""The engine registry: content-addressed, hardware-tagged compiled engines."""
+
+from tensorkiln.registry.base import (
+    ArtifactIntegrityError,
+    EngineNotFound,
+    Registry,
+    RegistryError,
+    RegistryUnavailable,
+    open_registry,
+)
+from tensorkiln.registry.manifest import Artifact, CacheKey, EngineManifest
+
+__all__ = [
+    "Artifact",
+    "ArtifactIntegrityError",
+    "CacheKey",
+    "EngineManifest",
+    "EngineNotFound",
+    "Registry",
+    "RegistryError",
+    "RegistryUnavailable",
+    "open_registry",
+]

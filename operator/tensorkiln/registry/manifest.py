@@ -1,0 +1,117 @@
+"""The engine manifest: what a registry entry is, and the key the cache looks it up by.
+
+An engine is content-addressed: its digest is the SHA-256 of the manifest's canonical JSON,
+and the manifest lists every artifact file with its own SHA-256. The manifest is the last
+thing written, so a reader that finds one finds a complete engine.
+"""
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class CacheKey(_Model):
+    """Same model, same options, same hardware class, same compiler = same engine: no compile."""
+
+    model_digest: str = Field(pattern=r"^[a-f0-9]{64}$", description="SHA-256 of the ONNX file")
+    options_hash: str = Field(min_length=8, description="CompileJob spec.optionsHash")
+    hardware_class: str = Field(min_length=1)
+    compiler_version: str = Field(min_length=1, description="version of tensorkiln_compiler that built it")
+
+    def id(self) -> str:
+        return hashlib.sha256(canonical_json(self.model_dump(by_alias=True)).encode()).hexdigest()
+
+
+class Artifact(_Model):
+    path: str = Field(description="relative path inside the engine, '/'-separated, no '..'")
+    sha256: str = Field(pattern=r"^[a-f0-9]{64}$")
+    size: int = Field(ge=0)
+
+
+class TensorInfo(_Model):
+    name: str
+    data_type: str = Field(description="Triton data type: FP32, FP16, INT64, ...")
+    dims: list[int] = Field(description="-1 for a dynamic dimension; the batch dimension included")
+
+
+class Accuracy(_Model):
+    max_abs_error: float
+    max_rel_error: float
+    cosine_similarity: float
+    top1_agreement: float | None = None
+    samples: int
+    synthetic_data: bool = Field(description="True when no dataset was given and inputs were synthesised")
+
+
+class Benchmark(_Model):
+    batch_size: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    throughput_per_s: float = Field(description="inferences (not batches) per second")
+    threads: int
+    warmup_runs: int
+    runs: int
+
+
+class Candidate(_Model):
+    id: str = Field(description="e.g. onnxruntime-int8, openvino-fp32, baseline")
+    compiler: Literal["OnnxRuntime", "OpenVINO", "TensorRT"]
+    precision: Literal["FP32", "FP16", "BF16", "INT8"]
+    baseline: bool = Field(False, description="the unmodified ONNX on onnxruntime, default options")
+    status: Literal["Selected", "Passed", "RejectedAccuracy", "Failed"]
+    reason: str = ""
+    settings: dict = Field(default_factory=dict, description="compiler options actually used")
+    accuracy: Accuracy | None = None
+    benchmarks: list[Benchmark] = Field(default_factory=list)
+
+
+class Selection(_Model):
+    objective: dict = Field(description="the CompileJob's spec.objective")
+    winner: str = Field(description="id of the selected candidate")
+    reason: str
+    speedup_vs_baseline: float | None = None
+
+
+class EngineManifest(_Model):
+    schema_version: int = SCHEMA_VERSION
+    origin: Literal["compiled", "test-seed"] = Field(
+        "compiled", description="test-seed: written by a test for a simulated pool; no compiler ran"
+    )
+    key: CacheKey
+    model_name: str
+    source_uri: str
+    hardware_kind: Literal["GPU", "CPU"]
+    fingerprint: dict = Field(description="what the compiler measured the node to be (GPU/CPU model, ISA, versions)")
+    compiler: str = Field(description="compiler of the winner")
+    runtime_versions: dict[str, str] = Field(description="e.g. onnxruntime, openvino, tensorrt, cuda")
+    precision: str
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    profiles: dict = Field(description="batch min/opt/max and dynamic dims the engine was built for")
+    calibration: dict = Field(default_factory=dict, description="dataset uri and sha256, samples, synthetic flag")
+    preprocessing_steps: list[str] = Field(default_factory=list, description="opset upgrades, fallbacks, ...")
+    candidates: list[Candidate]
+    selection: Selection
+    artifacts: list[Artifact]
+    created_at: datetime
+
+    def digest(self) -> str:
+        return hashlib.sha256(canonical_json(self.to_json_dict()).encode()).hexdigest()
+
+    def to_json_dict(self) -> dict:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,71 @@
+"""CompileJob status fields from a published engine's manifest (pure)."""
+
+from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.status.conditions import condition
+
+
+def _summary(candidate, batch_size: int) -> dict:
+    summary = {
+        "id": candidate.id,
+        "compiler": candidate.compiler,
+        "precision": candidate.precision,
+        "status": candidate.status,
+    }
+    if candidate.reason:
+        summary["reason"] = candidate.reason[:1024]
+    bench = next((b for b in candidate.benchmarks if b.batch_size == batch_size), None)
+    if bench:
+        summary |= {"p50Ms": bench.p50_ms, "p95Ms": bench.p95_ms, "throughputPerSecond": bench.throughput_per_s}
+    if candidate.accuracy:
+        summary |= {
+            "maxAbsError": candidate.accuracy.max_abs_error,
+            "cosineSimilarity": candidate.accuracy.cosine_similarity,
+        }
+    return summary
+
+
+def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bool) -> tuple[dict, list[dict]]:
+    """(status fields, conditions) describing the engine a CompileJob ended with."""
+    batch_size = manifest.selection.objective.get("batchSize", 1)
+    passed = [c for c in manifest.candidates if c.status in ("Selected", "Passed")]
+    rejected = [c for c in manifest.candidates if c.status == "RejectedAccuracy"]
+    synthetic = any(c.accuracy and c.accuracy.synthetic_data for c in manifest.candidates)
+    selection = {
+        "candidate": manifest.selection.winner,
+        "reason": manifest.selection.reason[:1024],
+        "syntheticData": synthetic,
+    }
+    if manifest.selection.speedup_vs_baseline is not None:
+        selection["speedupVsBaseline"] = manifest.selection.speedup_vs_baseline
+    fields = {
+        "engine": {"digest": digest, "uri": uri},
+        "cacheHit": cache_hit,
+        "selection": selection,
+        "candidates": [_summary(c, batch_size) for c in manifest.candidates][:64],
+    }
+    data = "synthetic inputs only (no dataset given)" if synthetic else "the validation set"
+    rejected_note = f"; rejected: {', '.join(c.id for c in rejected)}" if rejected else ""
+    speedup = manifest.selection.speedup_vs_baseline
+    conditions = [
+        condition(
+            "Compiled",
+            True,
+            "CacheHit" if cache_hit else "EnginePublished",
+            f"engine {digest[:12]} ({manifest.compiler} {manifest.precision})"
+            + (" reused from the registry: no compile ran" if cache_hit else " published"),
+        ),
+        condition(
+            "AccuracyPassed",
+            True,
+            "WithinTolerance",
+            f"{len(passed)} of {len(manifest.candidates)} candidates within tolerance on {data}{rejected_note}",
+        ),
+        condition(
+            "Selected",
+            True,
+            "BaselineKept" if manifest.selection.winner == "baseline" else "FastestPassing",
+            f"{manifest.selection.winner}: {manifest.selection.reason}"
+            + (f" ({speedup:.2f}x baseline p50)" if speedup else ""),
+        ),
+    ]
+    return fields, conditions

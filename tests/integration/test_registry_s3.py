@@ -1,0 +1,137 @@
+"""The S3 registry against a real S3 server: versitygw (posix backend), built from a pinned Go
+module on first use (`localcluster/build/versitygw`), started on a free loopback port."""
+
+import io
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from minio import Minio
+from registry_fixtures import RegistryContract, make_engine, read_tree
+from tensorkiln.localcluster import binaries
+from tensorkiln.registry import RegistryUnavailable, open_registry
+
+pytestmark = pytest.mark.s3
+
+ACCESS_KEY, SECRET_KEY, BUCKET = "tensorkiln-test", "tensorkiln-test-secret", "engines"
+
+
+class VersityGateway:
+    """A versitygw process serving data_dir (each bucket is a directory) on 127.0.0.1."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as probe:  # a free port, released just before the server takes it
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = self.data_dir.parent / f"versitygw-{self.port}.log"
+        # Credentials through the environment: none on the command line, where ps would show them.
+        env = {**os.environ, "ROOT_ACCESS_KEY_ID": ACCESS_KEY, "ROOT_SECRET_ACCESS_KEY": SECRET_KEY}
+        command = [
+            str(binaries.ensure(("versitygw",)) / "versitygw"),
+            "--port",
+            f"127.0.0.1:{self.port}",
+            "--quiet",
+            "posix",
+            str(self.data_dir),
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self._wait_until_listening()
+
+    def _wait_until_listening(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"versitygw exited {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"versitygw not listening on {self.endpoint} after {timeout}s")
+
+    def client(self) -> Minio:
+        return Minio(f"127.0.0.1:{self.port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    server = VersityGateway(tmp_path_factory.mktemp("s3") / "data")
+    server.client().make_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+def open_s3_registry(monkeypatch, server: VersityGateway, prefix: str):
+    monkeypatch.setenv("TENSORKILN_S3_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    return open_registry(f"s3://{BUCKET}/{prefix}")
+
+
+@pytest.fixture
+def registry(s3_server, monkeypatch):
+    return open_s3_registry(monkeypatch, s3_server, f"t-{uuid.uuid4().hex[:8]}")  # one prefix a test
+
+
+@pytest.fixture
+def put_raw(s3_server, registry):
+    def put(key: str, data: bytes) -> None:
+        s3_server.client().put_object(BUCKET, f"{registry.prefix}/{key}", io.BytesIO(data), len(data))
+
+    return put
+
+
+class TestS3Registry(RegistryContract):
+    def test_a_multipart_artifact_round_trips(self, registry, tmp_path):
+        big = {"model/1/model.plan": os.urandom(6 << 20)}  # above the client's 5 MiB part size
+        engine = make_engine(tmp_path, files=big)
+        digest = registry.publish(engine.manifest, engine.files_dir)
+
+        registry.fetch(digest, tmp_path / "fetched")
+        assert read_tree(tmp_path / "fetched") == big
+
+    def test_objects_are_where_triton_and_other_readers_expect_them(self, s3_server, registry, engine):
+        digest = registry.publish(engine.manifest, engine.files_dir)
+
+        names = {o.object_name for o in s3_server.client().list_objects(BUCKET, f"{registry.prefix}/", recursive=True)}
+        assert names == {
+            f"{registry.prefix}/engines/{digest}/manifest.json",
+            *(f"{registry.prefix}/engines/{digest}/files/{path}" for path in engine.files),
+            f"{registry.prefix}/index/{engine.manifest.key.id()}.json",
+        }
+        assert registry.engine_uri(digest) == f"s3://{BUCKET}/{registry.prefix}/engines/{digest}"
+
+
+def test_a_stopped_server_is_unavailable_not_a_miss(tmp_path, monkeypatch):
+    server = VersityGateway(tmp_path / "data")
+    server.client().make_bucket(BUCKET)
+    registry = open_s3_registry(monkeypatch, server, "prefix")
+    engine = make_engine(tmp_path)
+    digest = registry.publish(engine.manifest, engine.files_dir)
+    server.stop()
+
+    started = time.monotonic()
+    with pytest.raises(RegistryUnavailable, match=server.endpoint):
+        registry.lookup(engine.manifest.key)
+    assert time.monotonic() - started < 10  # the operator's reconcile must not hang on it
+    with pytest.raises(RegistryUnavailable):
+        registry.publish(engine.manifest, engine.files_dir)
+    with pytest.raises(RegistryUnavailable):
+        registry.fetch(digest, tmp_path / "fetched")
+    assert not (tmp_path / "fetched").exists()

@@ -1,0 +1,112 @@
+"""Shared by the compiler's tests: tiny ONNX models, CompileJob specs, a stand-in registry."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def conv_classifier(path: Path, *, opset: int = 13, batch: str | int = "N", seed: int = 0) -> Path:
+    """x[N,3,8,8] -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax -> scores[N,5]."""
+    rng = np.random.default_rng(seed)
+    init = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "fc"),
+        numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fc_b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["scores"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 5])],
+        init,
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+
+
+def single_op_model(path: Path, op_type: str, *, domain: str = "", opset: int = 13) -> Path:
+    """x[N,4] -> OP -> y[N,4]: for unsupported operators and opsets."""
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["y"], domain=domain)],
+        "one-op",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    return _save(model, path)
+
+
+def compile_spec(model: Path, registry: Path, **overrides) -> dict:
+    """A CompileJobSpec body (camelCase) for a CPU class; overrides replace top-level fields."""
+    spec = {
+        "modelName": "tiny",
+        "source": {"uri": f"file://{model}"},
+        "hardware": {"className": "cpu-test", "kind": "CPU", "nodeSelector": {}},
+        "compilers": ["OnnxRuntime"],
+        "precisions": ["FP32"],
+        "shapes": {"batch": {"min": 1, "opt": 2, "max": 4}},
+        "objective": {"metric": "LatencyP95", "batchSize": 2},
+        "registry": {"uri": f"file://{registry}"},
+        "optionsHash": "0123456789abcdef",
+    }
+    return {**spec, **overrides}
+
+
+class StandInRegistry:
+    """The registry interface the compiler uses (lookup/publish/engine_uri) over a directory: unit tests pin
+    the compiler's side of the contract without depending on tensorkiln.registry's storage layout."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def open(self, uri: str) -> StandInRegistry:
+        return self
+
+    def lookup(self, key) -> str | None:
+        path = self.root / "keys" / key.id()
+        return path.read_text() if path.exists() else None
+
+    def publish(self, manifest, files_dir: Path) -> str:
+        digest = manifest.digest()
+        shutil.copytree(files_dir, self.root / "engines" / digest)
+        (self.root / "engines" / digest / "manifest.json").write_text(json.dumps(manifest.to_json_dict()))
+        (self.root / "keys").mkdir(exist_ok=True)
+        (self.root / "keys" / manifest.key.id()).write_text(digest)
+        return digest
+
+    def engine_uri(self, digest: str) -> str:
+        return f"file://{self.root}/engines/{digest}"
+
+    def engines(self) -> list[str]:
+        return sorted(p.name for p in (self.root / "engines").iterdir()) if (self.root / "engines").exists() else []
+
+    def manifest(self, digest: str) -> dict:
+        return json.loads((self.root / "engines" / digest / "manifest.json").read_text())
+
+
+def serve_registry(root: Path, monkeypatch) -> StandInRegistry:
+    """Make tensorkiln.registry.open_registry (what the compiler calls) return a stand-in over `root`."""
+    stand_in = StandInRegistry(root)
+    monkeypatch.setattr("tensorkiln.registry.open_registry", stand_in.open, raising=False)
+    return stand_in
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path

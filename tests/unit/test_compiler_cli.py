@@ -1,0 +1,147 @@
+"""The whole compile through the CLI on tiny models: exit codes, termination message, what is published."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from tensorkiln_compiler.cli import SPEC_ENV, main
+
+from .compiler_support import compile_spec, conv_classifier, serve_registry, single_op_model
+
+FAST = ["--warmup", "0", "--runs", "3"]
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    return serve_registry(tmp_path / "registry", monkeypatch)
+
+
+@pytest.fixture
+def compile(tmp_path, monkeypatch, registry):
+    """Run tensorkiln-compile as the Job does (spec in the environment); return (exit code, message)."""
+
+    def run(spec: dict) -> tuple[int, dict]:
+        monkeypatch.setenv(SPEC_ENV, json.dumps(spec))
+        log = tmp_path / "termination-log"
+        code = main(["--termination-log", str(log), "--work-dir", str(tmp_path / "work"), *FAST])
+        return code, json.loads(log.read_text())
+
+    return run
+
+
+def test_compiles_selects_and_publishes_only_the_winner(tmp_path, compile, registry):
+    model = conv_classifier(tmp_path / "m.onnx", opset=11)
+    spec = compile_spec(
+        model, tmp_path / "registry", compilers=["OnnxRuntime", "OpenVINO"], precisions=["FP32", "INT8"]
+    )
+    code, message = compile(spec)
+    assert code == 0, message
+    assert set(message) == {"engine", "selected", "speedupVsBaseline", "accuracyPassed", "rejected"}
+    (digest,) = registry.engines()
+    assert message["engine"] == {"digest": digest, "uri": registry.engine_uri(digest)}
+    manifest = registry.manifest(digest)
+    assert manifest["key"]["modelDigest"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert manifest["key"]["compilerVersion"] == "0.1.0" and manifest["key"]["hardwareClass"] == "cpu-test"
+    ids = [c["id"] for c in manifest["candidates"]]
+    assert ids == ["baseline", "onnxruntime-fp32", "onnxruntime-int8", "openvino-fp32", "openvino-int8"]
+    (selected,) = [c for c in manifest["candidates"] if c["status"] == "Selected"]
+    assert selected["id"] == message["selected"] == manifest["selection"]["winner"]
+    winner_files = {"OnnxRuntime": ["model.onnx"], "OpenVINO": ["model.bin", "model.xml"]}[selected["compiler"]]
+    assert [a["path"] for a in manifest["artifacts"]] == winner_files
+    engine_dir = registry.root / "engines" / digest
+    for artifact in manifest["artifacts"]:
+        assert hashlib.sha256((engine_dir / artifact["path"]).read_bytes()).hexdigest() == artifact["sha256"]
+    assert manifest["calibration"]["syntheticData"] is True
+    assert manifest["preprocessingSteps"][0].startswith("upgraded opset 11 -> 13")
+    assert manifest["fingerprint"]["cpu"]["usableCpus"] >= 1
+    assert manifest["profiles"]["inputs"]["x"] == {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}
+    baseline = manifest["candidates"][0]
+    assert baseline["baseline"] and {b["batchSize"] for b in baseline["benchmarks"]} == {1, 2}
+
+    code, again = compile(spec)  # a retry finds the engine instead of compiling twice
+    assert code == 0 and again == {"engine": message["engine"], "cached": True}
+    assert registry.engines() == [digest]
+
+
+def test_accuracy_gate_rejects_int8_and_keeps_its_figures(tmp_path, compile, registry):
+    model = conv_classifier(tmp_path / "m.onnx")
+    tiny = {"maxAbsError": 1e-9, "maxRelError": 1e-9, "minCosineSimilarity": 0.999999}
+    code, message = compile(compile_spec(model, tmp_path / "registry", precisions=["FP32", "INT8"], accuracy=tiny))
+    assert code == 0 and message["rejected"] >= 1
+    candidates = {c["id"]: c for c in registry.manifest(message["engine"]["digest"])["candidates"]}
+    int8 = candidates["onnxruntime-int8"]
+    assert int8["status"] == "RejectedAccuracy" and int8["benchmarks"] == []
+    assert int8["accuracy"]["maxAbsError"] > 1e-9 and "maxRelError 1e-09" in int8["reason"]
+    assert message["selected"] != "onnxruntime-int8"
+
+
+def write_calibration(tmp_path, **arrays) -> dict:
+    np.savez(tmp_path / "calib.npz", **arrays)
+    return {"datasetUri": f"file://{tmp_path}/calib.npz", "samples": 8}
+
+
+BAD_INPUTS = {
+    "wrong-sha256": (lambda tmp, spec: spec["source"].update(sha256="0" * 64), "DigestMismatch", "spec.source.sha256: expected sha256 0000"),
+    "unreachable": (lambda tmp, spec: spec["source"].update(uri=f"file://{tmp}/missing.onnx"), "ModelUnreachable", "spec.source.uri: file://"),
+    "malformed": (lambda tmp, spec: (tmp / "m.onnx").write_bytes(b"\x08\x07garbage\xff"), "ModelMalformed", "spec.source.uri: m.onnx"),
+    "opset": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Relu", opset=99), "UnsupportedOpset", "uses opset 99"),
+    "operator": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Frob", domain="com.acme"), "UnsupportedOperator", "Frob"),
+    "shapes": (lambda tmp, spec: conv_classifier(tmp / "m.onnx", batch=1), "ShapeMismatch", "spec.shapes.batch: 1..4"),
+    "empty-calibration": (
+        lambda tmp, spec: spec.update(calibration=write_calibration(tmp, x=np.zeros((0, 3, 8, 8), np.float32))),
+        "CalibrationDataInvalid", "array 'x' is empty",
+    ),
+    "mis-shaped-calibration": (
+        lambda tmp, spec: spec.update(calibration=write_calibration(tmp, x=np.zeros((4, 3, 9, 8), np.float32))),
+        "CalibrationDataInvalid", "axis 2 of input 'x' accepts 8..8",
+    ),
+    "spec": (lambda tmp, spec: spec.update(compilers=[]), "InvalidSpec", "spec.compilers"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_exits_2_with_a_clear_message_and_publishes_nothing(tmp_path, compile, registry, case):
+    mutate, reason, needle = BAD_INPUTS[case]
+    spec = compile_spec(conv_classifier(tmp_path / "m.onnx"), tmp_path / "registry")
+    mutate(tmp_path, spec)
+    code, message = compile(spec)
+    assert code == 2
+    assert message["error"]["reason"] == reason and needle in message["error"]["message"], message
+    assert registry.engines() == []
+
+
+def test_spec_from_file_and_not_json(tmp_path, monkeypatch):
+    monkeypatch.delenv(SPEC_ENV, raising=False)
+    (tmp_path / "spec.json").write_text("{not json")
+    log = tmp_path / "log"
+    assert (
+        main(["--spec", str(tmp_path / "spec.json"), "--work-dir", str(tmp_path), "--termination-log", str(log)]) == 2
+    )
+    assert json.loads(log.read_text())["error"]["reason"] == "InvalidSpec"
+    assert main(["--work-dir", str(tmp_path), "--termination-log", str(log)]) == 2
+    assert "set $TENSORKILN_COMPILE_SPEC" in json.loads(log.read_text())["error"]["message"]
+
+
+def test_registry_failure_exits_1_and_names_the_registry(tmp_path, compile, monkeypatch):
+    class RegistryUnavailable(Exception):
+        pass
+
+    def unavailable(uri):
+        raise RegistryUnavailable("connection refused")
+
+    monkeypatch.setattr("tensorkiln.registry.open_registry", unavailable, raising=False)
+    code, message = compile(compile_spec(conv_classifier(tmp_path / "m.onnx"), tmp_path / "registry"))
+    assert code == 1
+    assert message["error"]["reason"] == "RegistryUnavailable"
+    assert message["error"]["message"].startswith(f"spec.registry.uri file://{tmp_path}/registry: connection refused")
+
+
+def test_gpu_class_without_tensorrt_fails_and_publishes_nothing(tmp_path, compile, registry, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)
+    spec = compile_spec(conv_classifier(tmp_path / "m.onnx"), tmp_path / "registry", compilers=["TensorRT"],
+                        hardware={"className": "nvidia-h100", "kind": "GPU", "nodeSelector": {}})  # fmt: skip
+    code, message = compile(spec)
+    assert code == 1 and message["error"]["reason"] == "TensorRTUnavailable"
+    assert "spec.compilers lists TensorRT" in message["error"]["message"]
+    assert registry.engines() == []

@@ -1,0 +1,96 @@
+import pytest
+from tensorkiln.api import Shapes
+from tensorkiln_compiler.errors import InvalidInput
+from tensorkiln_compiler.inspection import inspect_model
+
+from .compiler_support import conv_classifier, single_op_model
+
+BATCH = {"min": 1, "opt": 2, "max": 4}
+
+
+def shapes(**extra) -> Shapes:
+    return Shapes.model_validate({"batch": BATCH, **extra})
+
+
+def reason_and_message(path, spec_shapes, batch_size=2) -> tuple[str, str]:
+    with pytest.raises(InvalidInput) as error:
+        inspect_model(path, spec_shapes, batch_size)
+    return error.value.reason, error.value.message
+
+
+def test_resolves_profile_and_io(tmp_path):
+    info = inspect_model(conv_classifier(tmp_path / "m.onnx", opset=11), shapes(), 2)
+    assert info.opset == 11
+    (x,) = info.inputs
+    assert x.dims == (None, 3, 8, 8)
+    assert x.profile == ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))
+    assert x.shape(4) == (4, 3, 8, 8)
+    assert x.info().model_dump(by_alias=True) == {"name": "x", "dataType": "FP32", "dims": [-1, 3, 8, 8]}
+    assert [t.name for t in info.outputs] == ["scores"]
+
+
+def test_static_batch_contradicting_batch_range(tmp_path):
+    model = conv_classifier(tmp_path / "m.onnx", batch=1)
+    reason, message = reason_and_message(model, Shapes.model_validate({"batch": {"min": 1, "opt": 8, "max": 32}}), 8)
+    assert reason == "ShapeMismatch"
+    assert message.startswith("spec.shapes.batch: 1..32") and "static batch dimension of 1" in message
+    pinned = Shapes.model_validate({"batch": {"min": 1, "opt": 1, "max": 1}})
+    assert inspect_model(model, pinned, 1).inputs[0].profile[2] == (1, 3, 8, 8)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"input": "x", "axis": 5, "min": 1, "opt": 1, "max": 1}, "spec.shapes.dynamicDims[0].axis: 5 is out of range"),
+        (
+            {"input": "y", "axis": 2, "min": 8, "opt": 8, "max": 8},
+            "spec.shapes.dynamicDims[0].input: the model has no input 'y'",
+        ),
+        (
+            {"input": "x", "axis": 0, "min": 1, "opt": 1, "max": 1},
+            "spec.shapes.dynamicDims[0].axis: axis 0 is the batch axis",
+        ),
+        (
+            {"input": "x", "axis": 2, "min": 4, "opt": 8, "max": 16},
+            "spec.shapes.dynamicDims[0]: axis 2 of input 'x' is static (8)",
+        ),
+    ],
+)
+def test_dynamic_dims_entries_must_fit_the_model(tmp_path, entry, expected):
+    reason, message = reason_and_message(conv_classifier(tmp_path / "m.onnx"), shapes(dynamicDims=[entry]))
+    assert reason == "ShapeMismatch" and message.startswith(expected)
+
+
+def test_dynamic_axis_without_entry(tmp_path):
+    model = single_op_model(tmp_path / "m.onnx", "Relu")
+    assert inspect_model(model, shapes(), 2).inputs[0].profile[1] == (2, 4)
+    import onnx
+
+    m = onnx.load(str(model))
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "features"
+    onnx.save(m, str(model))
+    reason, message = reason_and_message(model, shapes())
+    assert message.startswith("spec.shapes.dynamicDims: axis 1 of input 'x' is dynamic")
+    entry = {"input": "x", "axis": 1, "min": 2, "opt": 4, "max": 6}
+    assert inspect_model(model, shapes(dynamicDims=[entry]), 2).inputs[0].profile == ((1, 2), (2, 4), (4, 6))
+
+
+def test_objective_batch_outside_profile(tmp_path):
+    reason, message = reason_and_message(conv_classifier(tmp_path / "m.onnx"), shapes(), batch_size=8)
+    assert message.startswith("spec.objective.batchSize: 8 is outside spec.shapes.batch")
+
+
+def test_malformed_model(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"definitely not protobuf \xff\xfe")
+    reason, message = reason_and_message(tmp_path / "m.onnx", shapes())
+    assert reason == "ModelMalformed" and message.startswith("spec.source.uri: m.onnx")
+
+
+def test_unsupported_opset(tmp_path):
+    reason, message = reason_and_message(single_op_model(tmp_path / "m.onnx", "Relu", opset=99), shapes())
+    assert reason == "UnsupportedOpset" and "opset 99" in message
+
+
+def test_unknown_operator(tmp_path):
+    reason, message = reason_and_message(single_op_model(tmp_path / "m.onnx", "FrobnicateTensor"), shapes())
+    assert reason == "UnsupportedOperator" and "FrobnicateTensor" in message
