@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TK     := $(VENV)/bin/tensorkiln
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test unit integration crds down
+.PHONY: venv demo test lint unit integration crds down
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,8 +22,12 @@ demo: venv
 	$(TK) wait --timeout 300
 	eval "$$($(TK) cluster env)" && kubectl get im,cjob,jobs,pods -o wide
 
-## test: unit tests, then integration tests against the local cluster (started if needed)
-test: unit integration
+## test: lint, unit tests, then integration tests against the local cluster (started if needed)
+test: lint unit integration
+
+lint: venv
+	$(VENV)/bin/ruff check operator compiler-jobs tests e2e
+	$(VENV)/bin/ruff format --check operator compiler-jobs tests e2e
 
 unit: venv
 	$(PY) -m pytest tests/unit -q

@@ -11,18 +11,16 @@ import argparse
 import logging
 import os
 import platform
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from tensorkiln.api import CompileJobSpec
+from tensorkiln.localcluster.ocr_models import CLS, DET, write_dataset
+from tensorkiln_compiler import pipeline
+from tensorkiln_compiler.benchmark import BenchmarkPlan
 
-from integration.ocr_data import CLS, DET, write_dataset  # noqa: E402
-from tensorkiln.api import CompileJobSpec  # noqa: E402
-from tensorkiln_compiler import pipeline  # noqa: E402
-from tensorkiln_compiler.benchmark import BenchmarkPlan  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "e2e" / "results" / "compile.md"
 SAMPLES = {"det": 20, "cls": 64}  # rendered images: calibration plus held-out validation

@@ -59,7 +59,8 @@ def _rejection(accuracy: Accuracy, tolerance: AccuracyTolerance) -> str | None:
         )
     if not accuracy.cosine_similarity >= tolerance.min_cosine_similarity:
         problems.append(
-            f"cosine similarity {accuracy.cosine_similarity:.6f} < minCosineSimilarity {tolerance.min_cosine_similarity:g}"
+            f"cosine similarity {accuracy.cosine_similarity:.6f}"
+            f" < minCosineSimilarity {tolerance.min_cosine_similarity:g}"
         )
     wanted = tolerance.min_top1_agreement
     if wanted is not None and accuracy.top1_agreement is not None and not accuracy.top1_agreement >= wanted:

@@ -1,8 +1,9 @@
 """Benchmark step: latency percentiles and throughput of one loaded engine on this node.
 
-Candidates are timed in interleaved rounds (short blocks, each after an untimed run), so load
-from other pods on the node biases none of them. Run counts are small on purpose (a compile node may have 2 cores) and a time cap stops
-slow candidates from eating the Job's deadline; the counts actually run are recorded.
+Candidates are timed in interleaved rounds (short blocks, each after an untimed run), so load from
+other pods on the node biases none of them. Run counts are small on purpose (a compile node may have
+2 cores) and a time cap stops slow candidates from eating the Job's deadline; the counts actually
+run are recorded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Fetch step: bring the model (or the calibration dataset) into the pod and hash it.
 
 file:// and pvc:// are read in place (a hostPath or a mounted claim: no copy of a large model);
-https:// and s3:// are downloaded into the work dir (s3:// with the registry's client and settings). A missing file, an HTTP 4xx or a missing
-S3 key is bad input (exit 2); timeouts, 5xx and connection errors may pass, so they exit 1.
+https:// and s3:// are downloaded into the work dir (s3:// with the registry's client and settings).
+A missing file, an HTTP 4xx or a missing S3 key is bad input (exit 2); timeouts, 5xx and connection
+errors may pass, so they exit 1.
 """
 
 from __future__ import annotations

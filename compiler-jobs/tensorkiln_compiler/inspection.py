@@ -143,7 +143,8 @@ def _with_profile(tensor: Tensor, shapes: Shapes) -> Tensor:
         if size is None and entry is None:
             raise InvalidInput(
                 "ShapeMismatch",
-                f"spec.shapes.dynamicDims: axis {axis} of input {tensor.name!r} is dynamic; add an entry with its min/opt/max",
+                f"spec.shapes.dynamicDims: axis {axis} of input {tensor.name!r} is dynamic;"
+                " add an entry with its min/opt/max",
             )
         low.append(size or entry.min)
         opt.append(size or entry.opt)

@@ -46,7 +46,10 @@ class Outcome:
     manifest: EngineManifest | None  # None when the registry already had the engine
 
 
-def run(spec: CompileJobSpec, work_dir: Path, options: Options = Options(), opener: Opener = default_opener) -> Outcome:
+def run(
+    spec: CompileJobSpec, work_dir: Path, options: Options | None = None, opener: Opener = default_opener
+) -> Outcome:
+    options = options or Options()
     work_dir.mkdir(parents=True, exist_ok=True)
     source = fetch(spec.source.uri, work_dir / "model", field="spec.source.uri", what="Model")
     verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
@@ -128,7 +131,8 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
     records, builds, runners = [], {}, {}
     try:
         jobs = [(lambda: ort_candidates.baseline(ctx), Compiler.ONNX_RUNTIME, Precision.FP32, True)] + [
-            (lambda c=c, p=p: builder(c)(ctx, p), c, p, False) for c, p in itertools.product(ctx.spec.compilers, ctx.spec.precisions)
+            (lambda c=c, p=p: builder(c)(ctx, p), c, p, False)
+            for c, p in itertools.product(ctx.spec.compilers, ctx.spec.precisions)
         ]  # fmt: skip
         for make, compiler, precision, baseline in jobs:
             record, build, runner = validate(make, compiler, precision, baseline)

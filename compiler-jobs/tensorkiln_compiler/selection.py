@@ -38,7 +38,10 @@ def select(candidates: list[Candidate], objective: Objective) -> Selection:
             )
         else:
             winner = fastest
-            reason = f"no candidate meets the {budget:g} ms p95 budget at batch {size}; lowest p95: {at(fastest).p95_ms:.2f} ms"
+            reason = (
+                f"no candidate meets the {budget:g} ms p95 budget at batch {size};"
+                f" lowest p95: {at(fastest).p95_ms:.2f} ms"
+            )
     baseline = next((c for c in passed if c.baseline), None)
     if winner.baseline:
         reason += "; no candidate beat the baseline, so the unmodified ONNX is published"

@@ -31,7 +31,6 @@ def start() -> int:
     env = {
         **os.environ,
         "KUBECONFIG": str(paths.KUBECONFIG),
-        "TENSORKILN_REGISTRY_URI": os.environ.get("TENSORKILN_REGISTRY_URI", f"file://{paths.STATE_DIR / 'registry'}"),
         "PYTHONUNBUFFERED": "1",
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)

@@ -25,13 +25,15 @@ def api():
 class Operator:
     """The operator as its own process, so tests can kill and restart it."""
 
-    def __init__(self, log_path):
+    def __init__(self, log_path, registry_uri):
         self.log_path = log_path
+        self.registry_uri = registry_uri
         self.proc = None
 
     def start(self):
         env = {
             **os.environ,
+            "TENSORKILN_REGISTRY_URI": self.registry_uri,
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
@@ -62,7 +64,9 @@ class Operator:
 @pytest.fixture(scope="session")
 def operator(api, tmp_path_factory):
     operator_runner.stop()  # a demo operator would act alongside the one under test
-    op = Operator(tmp_path_factory.mktemp("operator") / "operator.log")
+    # A registry of this session's own: a compile test must not be a cache hit of an earlier run.
+    registry_dir = tmp_path_factory.mktemp("registry")
+    op = Operator(tmp_path_factory.mktemp("operator") / "operator.log", f"file://{registry_dir}")
     op.start()
     yield op
     op.kill()

@@ -2,6 +2,7 @@
 
 import copy
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,22 @@ def test_kubectl_get_prints_readable_columns(api, operator, namespace):
     header = kubectl("get", "im", "-n", namespace).splitlines()[0].split()
     assert header[:4] == ["NAME", "PHASE", "TARGETS", "READY"]
     assert kubectl("get", "cjob", "-n", namespace).splitlines()[0].split()[:4] == ["NAME", "CLASS", "PHASE", "NODE"]
+
+
+def test_a_namespace_with_compile_pods_on_simulated_nodes_is_deleted(api, operator):
+    """Job pods carry a finalizer that only terminal pods lose: kwok must terminate them as a kubelet would."""
+    core = client.CoreV1Api(api)
+    name = f"t-gone-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    create_model(api, name)
+    wait_for(lambda: scheduled_pods(api, name), what="compile pods")
+    core.delete_namespace(name)
+
+    def gone():
+        try:
+            core.read_namespace(name)
+        except client.ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, timeout=120, what=f"namespace {name} to be deleted")

@@ -318,3 +318,20 @@ def test_grpc_probe_is_rejected():
 def test_init_containers_are_planned_in_order():
     plan = plan_pod(pod(container(), init=[container(name="a"), container(name="b")]), CTX, RESOLVER)
     assert [c.name for c in plan.init_containers] == ["a", "b"]
+
+
+def test_agent_path_is_not_rewritten_by_a_mount_that_prefixes_it():
+    """A volume at /work must not redirect the agent's PATH entry /work/main/.venv/bin."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "d", "uid": "u"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "command": ["tool"], "volumeMounts": [{"name": "w", "mountPath": "/work"}]}
+            ],
+            "volumes": [{"name": "w", "emptyDir": {}}],
+        },
+    }
+    ctx = PodContext(POD_DIR, "127.0.0.10", "127.0.0.1", "local-0", search_path="/work/main/.venv/bin:/usr/bin")
+    plan = plan_pod(pod, ctx, FakeResolver())
+    assert plan.containers[0].env["PATH"] == "/work/main/.venv/bin:/usr/bin"
+    assert plan.containers[0].argv == ["tool"]

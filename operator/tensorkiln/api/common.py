@@ -415,7 +415,9 @@ class EngineRef(KubeModel):
 
     digest: str = Field(
         pattern=SHA256_PATTERN,
-        description="SHA-256 of the engine manifest (which lists every artifact with its own SHA-256), 64 lowercase hex digits.",
+        description=(
+            "SHA-256 of the engine manifest (which lists every artifact with its own SHA-256), 64 lowercase hex digits."
+        ),
     )
     uri: str = Field(min_length=1, max_length=2048, description="Location of the engine in the registry.")
 

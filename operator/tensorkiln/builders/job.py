@@ -48,7 +48,11 @@ def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
         "command": ["tensorkiln-compile"],
         "args": ["--termination-log", TERMINATION_LOG, "--work-dir", "/work"],
         # The spec travels in the environment so the pod needs no API access at all.
-        "env": [{"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))}],
+        "env": [
+            {"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))},
+            # The root filesystem is read-only; OpenVINO and NNCF write caches under $HOME.
+            {"name": "HOME", "value": "/tmp"},
+        ],
         "resources": hardware.get("resources", {}),
         "securityContext": RESTRICTED_CONTAINER,
         "terminationMessagePath": TERMINATION_LOG,

@@ -6,6 +6,8 @@ On top of that this module applies the simulated node pools and the CRDs and sta
 local node agent for the real node local-0.
 """
 
+import hashlib
+import os
 import subprocess
 import sys
 import time
@@ -55,12 +57,29 @@ def _wait(predicate, what: str, timeout: float) -> None:
         time.sleep(1)
 
 
+def _cluster_fingerprint(bin_dir: Path) -> str:
+    """What the cluster was created from: kwokctl applies its config only at creation."""
+    digest = hashlib.sha256(paths.KWOK_CONFIG.read_bytes())
+    for name in sorted(p.name for p in bin_dir.iterdir()):
+        digest.update(f"{name}={os.readlink(bin_dir / name)}".encode())
+    return digest.hexdigest()
+
+
 def _start_control_plane() -> None:
     bin_dir = binaries.ensure()
+    fingerprint = _cluster_fingerprint(bin_dir)
+    recorded = paths.STATE_DIR / "cluster-fingerprint"
+    if _cluster_exists() and recorded.exists() and recorded.read_text() != fingerprint:
+        print(
+            "localcluster/kwok.yaml or a binary changed since the cluster was created: recreating it", file=sys.stderr
+        )
+        down()
     if _cluster_exists():
         if not _api_ready():
             _kwokctl("start", "cluster", "--wait", "120s")
         return
+    paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(fingerprint)
     _kwokctl(
         "--config",
         str(paths.KWOK_CONFIG),
@@ -141,8 +160,18 @@ def _start_agent(core: client.CoreV1Api) -> None:
     _wait(ready, f"node {LOCAL_NODE} (log: {paths.LOCALNODE_STATE / 'agent.log'})", 60)
 
 
+def _stage_sample_models() -> None:
+    try:
+        from tensorkiln.localcluster import ocr_models
+    except ImportError:  # the test extra (rapidocr-onnxruntime) is not installed: no CPU samples
+        print("rapidocr-onnxruntime not installed: CPU sample models not staged", file=sys.stderr)
+        return
+    ocr_models.stage(paths.SAMPLE_MODELS / "rapidocr")
+
+
 def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
     """Create or restart the cluster and converge its pools, CRDs and local node. Idempotent."""
+    _stage_sample_models()
     _start_control_plane()
     _wait(_api_ready, "kube-apiserver", 120)
     with kube.api_client(str(paths.KUBECONFIG)) as api:

@@ -22,6 +22,11 @@ KWOK_HOME = Path.home() / ".kwok"
 KWOK_CLUSTER_DIR = KWOK_HOME / "clusters" / CLUSTER_NAME
 KUBECONFIG = KWOK_CLUSTER_DIR / "kubeconfig.yaml"
 
+# Node-local data of the real node local-0, at the paths the samples name: sample models
+# and the engine registry (the operator's default registry, file:///var/lib/tensorkiln/registry).
+LOCAL_DATA = Path(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln"))
+SAMPLE_MODELS = LOCAL_DATA / "models"
+
 STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / "tensorkiln"))
 LOCALNODE_STATE = STATE_DIR / "localnode"
 OPERATOR_STATE = STATE_DIR / "operator"

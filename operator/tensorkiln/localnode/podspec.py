@@ -143,6 +143,9 @@ def _plan_container(
 ) -> ContainerPlan:
     name, image = c["name"], c.get("image", "")
     env = _container_env(c, pod, ctx, resolver)
+    # The agent's own values (its PATH names this machine's directories) are not container
+    # paths: only values the pod spec set, or overrode, are rewritten through the mounts.
+    agent_values = {k: v for k, v in _agent_env(pod, ctx).items() if env.get(k) == v}
     rule = rule_for(image, rules)
     launch = Launch(list(c.get("command", [])), list(c.get("args", [])), env)
     if rule:
@@ -182,7 +185,7 @@ def _plan_container(
     return ContainerPlan(
         name=name,
         argv=[rewrite(arg) for arg in argv],
-        env={key: rewrite(value) for key, value in env.items()},
+        env={key: value if agent_values.get(key) == value else rewrite(value) for key, value in env.items()},
         cwd=Path(rewrite(working_dir)) if working_dir else ctx.pod_dir,
         log_path=container_dir / "log",
         termination_path=termination_path,
@@ -191,8 +194,17 @@ def _plan_container(
     )
 
 
+def _agent_env(pod: dict, ctx: PodContext) -> dict[str, str]:
+    return {
+        "PATH": ctx.search_path,
+        "HOME": str(ctx.pod_dir),
+        "HOSTNAME": pod["metadata"]["name"],
+        "POD_IP": ctx.pod_ip,
+    }
+
+
 def _container_env(c: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> dict[str, str]:
-    env = {"PATH": ctx.search_path, "HOME": str(ctx.pod_dir), "HOSTNAME": pod["metadata"]["name"], "POD_IP": ctx.pod_ip}
+    env = _agent_env(pod, ctx)
     namespace = pod["metadata"]["namespace"]
     for source in c.get("envFrom", []):
         kind, ref = (

@@ -1,4 +1,7 @@
-"""Real models and realistic inputs for the compiler: the OCR models in the rapidocr-onnxruntime wheel.
+"""Real models and realistic inputs: the OCR models in the rapidocr-onnxruntime wheel.
+
+`tensorkiln cluster up` stages them (and calibration sets) under /var/lib/tensorkiln/models,
+where the CPU samples in manifests/samples point; tests and e2e/bench_compile.py use them too.
 
 The wheel ships no images, so inputs are rendered text (white page, dark words), normalised
 as rapidocr normalises them ((pixel / 255 - 0.5) / 0.5, CHW): closer to what the models see
@@ -7,6 +10,7 @@ in production than noise, which matters for INT8 calibration and for the accurac
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +77,18 @@ def _line(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     image = np.full((height, width, 3), 127, np.uint8)  # normalises to ~0, as rapidocr's zero padding
     image[:, : scaled.shape[1]] = scaled
     return image
+
+
+def stage(directory: Path) -> list[Path]:
+    """Copy the models and write a calibration set for each into `directory` (idempotent)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = []
+    for model in (DET, CLS):
+        target = directory / model.path.name
+        if not target.exists() or target.stat().st_size != model.path.stat().st_size:
+            shutil.copyfile(model.path, target)
+        calibration = directory / f"{model.name}-calibration.npz"
+        if not calibration.exists():
+            write_dataset(model, calibration, count=32)
+        staged += [target, calibration]
+    return staged
