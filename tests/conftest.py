@@ -10,11 +10,14 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 
 @pytest.fixture
 def golden():
-    """Compare an object with tests/golden/NAME.yaml; UPDATE_GOLDEN=1 rewrites the file."""
+    """Compare an object with tests/golden/NAME.yaml (text: NAME as given); UPDATE_GOLDEN=1 rewrites the file."""
 
     def check(name: str, obj) -> None:
-        path = GOLDEN_DIR / f"{name}.yaml"
-        text = yaml.safe_dump(json.loads(json.dumps(obj)), sort_keys=False)
+        if isinstance(obj, str):
+            path, text = GOLDEN_DIR / name, obj
+        else:
+            path = GOLDEN_DIR / f"{name}.yaml"
+            text = yaml.safe_dump(json.loads(json.dumps(obj)), sort_keys=False)
         if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
             path.write_text(text)
         assert text == path.read_text(), f"{path} differs; inspect, then rerun with UPDATE_GOLDEN=1"

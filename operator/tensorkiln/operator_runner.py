@@ -31,6 +31,8 @@ def start() -> int:
     env = {
         **os.environ,
         "KUBECONFIG": str(paths.KUBECONFIG),
+        # The local cluster's Triton has only the Python backend (builders.tritonconfig).
+        "TENSORKILN_SERVING_RUNTIME": "python-backend",
         "PYTHONUNBUFFERED": "1",
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)

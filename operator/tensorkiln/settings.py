@@ -15,6 +15,9 @@ class Settings:
     compiler_version: str = COMPILER_VERSION
     # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
     registry_secret: str | None = None
+    # native: the NGC Triton image's backends; python-backend: the local cluster's Triton
+    # (nvidia-pytriton wheel), which has only the Python backend (see builders.tritonconfig).
+    serving_runtime: str = "native"
     # How often every InferenceModel is re-reconciled, so new node pools are picked up.
     resync_seconds: float = 10.0
 
@@ -24,5 +27,6 @@ class Settings:
             registry_uri=os.environ.get("TENSORKILN_REGISTRY_URI", cls.registry_uri),
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
+            serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
         )

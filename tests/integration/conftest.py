@@ -34,6 +34,7 @@ class Operator:
         env = {
             **os.environ,
             "TENSORKILN_REGISTRY_URI": self.registry_uri,
+            "TENSORKILN_SERVING_RUNTIME": "python-backend",
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",

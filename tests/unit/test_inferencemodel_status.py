@@ -2,13 +2,17 @@ from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.serving import Rollout
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MODEL = {"metadata": {"name": "m", "generation": 3}, "spec": {}}
+D1, D2 = "1" * 64, "2" * 64
 
 
-def target(name, nodes=("n1",)):
-    return HardwareClass(name=name, kind="GPU", product=name.upper(), node_selector={}, nodes=nodes, simulated=True)
+def target(name, nodes=("n1",), simulated=True):
+    return HardwareClass(
+        name=name, kind="GPU", product=name.upper(), node_selector={}, nodes=nodes, simulated=simulated
+    )
 
 
 def cj(name, phase, engine=None):
@@ -18,12 +22,18 @@ def cj(name, phase, engine=None):
     return {"metadata": {"name": name}, "status": status}
 
 
+def status_of(targets, compile_jobs, rollouts=None, engines=None, products=()):
+    return inference_model_status(
+        MODEL, targets, compile_jobs, rollouts or {}, engines or {}, list(products), lambda d: f"file:///r/{d}", NOW
+    )
+
+
 def conds(status):
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
 def test_no_hardware_names_the_products_seen():
-    status = inference_model_status(MODEL, [], {}, ["NVIDIA-L4"], NOW)
+    status = status_of([], {}, products=["NVIDIA-L4"])
     assert status["phase"] == "Pending"
     assert conds(status)["Ready"] == ("False", "NoMatchingHardware")
     assert "NVIDIA-L4" in status["conditions"][0]["message"]
@@ -31,48 +41,60 @@ def test_no_hardware_names_the_products_seen():
 
 
 def test_compiling_rollup_and_summary():
-    targets = [target("h100"), target("l4")]
-    status = inference_model_status(
-        MODEL, targets, {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")}, [], NOW
-    )
+    status = status_of([target("h100"), target("l4")], {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")})
     assert status["phase"] == "Compiling"
-    assert status["targetSummary"] == "0/2 compiled"
+    assert status["targetSummary"] == "0/2 serving, 0 compiled"
     assert [t["compileJob"] for t in status["targets"]] == ["m-h100", "m-l4"]
     assert conds(status)["Compiled"] == ("False", "Compiling")
+    assert conds(status)["Deployed"] == ("False", "AwaitingEngines")
 
 
 def test_partial_failure_is_degraded_and_all_failed_is_failed():
     targets = [target("h100"), target("l4")]
-    degraded = inference_model_status(
-        MODEL,
+    degraded = status_of(
         targets,
-        {
-            "h100": cj("a", "Failed"),
-            "l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111"),
-        },
-        [],
-        NOW,
+        {"h100": cj("a", "Failed"), "l4": cj("b", "Succeeded", D1)},
+        {"l4": Rollout(D1, 1, 1, True)},
+        {"l4": D1},
     )
     assert degraded["phase"] == "Degraded"
     assert conds(degraded)["Compiled"] == ("False", "CompileFailed")
-    failed = inference_model_status(MODEL, targets, {"h100": cj("a", "Failed"), "l4": cj("b", "Failed")}, [], NOW)
+    failed = status_of(targets, {"h100": cj("a", "Failed"), "l4": cj("b", "Failed")})
     assert failed["phase"] == "Failed"
 
 
-def test_all_engines_published_waits_for_rollout():
-    status = inference_model_status(
-        MODEL,
-        [target("l4")],
-        {"l4": cj("b", "Succeeded", "1111111111111111111111111111111111111111111111111111111111111111")},
-        [],
-        NOW,
+def test_published_engine_rolling_out_then_ready():
+    targets, jobs, engines = [target("l4")], {"l4": cj("b", "Succeeded", D1)}, {"l4": D1}
+    rolling = status_of(targets, jobs, {"l4": Rollout(D1, 1, 0, False)}, engines)
+    assert rolling["phase"] == "Deploying"
+    assert conds(rolling)["Deployed"] == ("False", "RollingOut")
+    ready = status_of(targets, jobs, {"l4": Rollout(D1, 2, 2, True)}, engines)
+    assert ready["phase"] == "Ready"
+    assert conds(ready)["Ready"] == ("True", "Serving")
+    assert "simulated by kwok" in next(c["message"] for c in ready["conditions"] if c["type"] == "Deployed")
+    assert ready["targets"][0]["engine"] == {"digest": D1, "uri": f"file:///r/{D1}"}
+    assert (ready["targets"][0]["replicas"], ready["targets"][0]["readyReplicas"]) == (2, 2)
+    assert ready["targetSummary"] == "1/1 serving, 1 compiled"
+
+
+def test_failed_recompile_keeps_the_previous_engine_serving_and_says_so():
+    status = status_of([target("l4")], {"l4": cj("b", "Failed")}, {"l4": Rollout(D1, 1, 1, True)}, {"l4": D1})
+    assert conds(status)["Ready"] == ("True", "Serving")
+    assert conds(status)["Compiled"] == ("False", "CompileFailed")
+    assert "previous engine keeps serving on l4" in next(
+        c["message"] for c in status["conditions"] if c["type"] == "Compiled"
     )
-    assert status["phase"] == "Deploying"
-    assert status["targetSummary"] == "1/1 compiled"
-    assert conds(status)["Compiled"] == ("True", "EnginesPublished")
-    assert conds(status)["Ready"] == ("False", "RolloutPending")
 
 
 def test_explicit_pool_without_nodes_is_reported():
-    status = inference_model_status(MODEL, [target("b200", nodes=())], {}, ["NVIDIA-L4"], NOW)
+    status = status_of([target("b200", nodes=())], {}, products=["NVIDIA-L4"])
     assert "pools b200 match no node" in status["conditions"][0]["message"]
+
+
+def test_a_blocked_rollout_names_the_problem_while_old_pods_serve():
+    blocked = Rollout(D1, 1, 1, False, problem="pod p: container engine-fetch exited 1: model.plan: sha256 mismatch")
+    status = status_of([target("l4")], {"l4": cj("b", "Succeeded", D2)}, {"l4": blocked}, {"l4": D2})
+    deployed = next(c for c in status["conditions"] if c["type"] == "Deployed")
+    assert deployed["reason"] == "RolloutBlocked"
+    assert "model.plan" in deployed["message"] and "previous pods keep serving" in deployed["message"]
+    assert conds(status)["Ready"] == ("True", "Serving")

@@ -166,6 +166,20 @@ def test_readiness_probe_makes_the_pod_ready(env):
     assert worker.finished.is_set()
 
 
+def test_passing_liveness_probe_leaves_readiness_alone(env):
+    """Triton pods have both: a passing liveness probe once reset readiness, so the pod flapped."""
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    pod = make_pod(sh("sleep 3600", readinessProbe=probe, livenessProbe=probe, startupProbe=probe))
+    worker = PodWorker(pod, env)
+    worker.start()
+    wait_for(lambda: env.kube.statuses() and env.kube.statuses()[-1]["containerStatuses"][0]["ready"])
+    became_ready = len(env.kube.statuses())
+    time.sleep(2.5)  # a few liveness and readiness rounds
+    worker.stop("shutdown")
+    worker.join(5)
+    assert all(s["containerStatuses"][0]["ready"] for s in env.kube.statuses()[became_ready:])
+
+
 def test_resumed_never_pod_reports_lost_container(env):
     pod = make_pod(sh("sleep 3600"))
     pod["status"] = {

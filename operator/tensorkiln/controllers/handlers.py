@@ -15,7 +15,7 @@ from kubernetes import client
 
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
-from tensorkiln.builders.labels import COMPILE_JOB
+from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.controllers import compilejob, inferencemodel
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.registry import Registry, open_registry
@@ -115,7 +115,7 @@ def _plain(body) -> dict:
 
 
 def _inference_model(body) -> None:
-    inferencemodel.reconcile(state(), _plain(body), SETTINGS)
+    inferencemodel.reconcile(state(), _plain(body), SETTINGS, registry())
 
 
 @kopf.on.resume(*IM)
@@ -161,8 +161,9 @@ def compile_workload_event(body, type, **_) -> None:
 
 
 @kopf.on.event(*CJ)
-def compile_job_event(body, type, **_) -> None:
-    """A CompileJob's status moved: re-roll its InferenceModel's status now rather than at the next resync."""
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/component": "serving", MODEL: kopf.PRESENT})
+def owned_object_event(body, type, **_) -> None:
+    """A CompileJob or Triton Deployment moved: reconcile its InferenceModel now, not at the next resync."""
     if type is None:
         return
     owner = next((o for o in body["metadata"].get("ownerReferences", []) if o["kind"] == "InferenceModel"), None)

@@ -1,4 +1,4 @@
-"""InferenceModel reconciler: hardware targets -> CompileJobs, and the status rollup."""
+"""InferenceModel reconciler: hardware targets -> CompileJobs -> Triton rollouts, and the status rollup."""
 
 import logging
 from datetime import UTC, datetime
@@ -6,15 +6,18 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from tensorkiln.api import InferenceModelSpec, field_errors
+from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.controllers.diff import contains
 from tensorkiln.controllers.state import ClusterState
-from tensorkiln.hardware.classes import GPU_PRODUCT, discover, node_labels
+from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln.registry import Registry, RegistryError
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,42 @@ def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> d
     }
 
 
-def reconcile(state: ClusterState, model: dict, settings: Settings) -> dict:
+def _apply_if_changed(state: ClusterState, desired: dict, observed: dict | None) -> dict:
+    """Server-side apply unless every desired field already holds: manual edits are put back."""
+    if observed is not None and contains(observed, desired):
+        return observed
+    log.info("applying %s %s/%s", desired["kind"], desired["metadata"]["namespace"], desired["metadata"]["name"])
+    return state.apply(desired)
+
+
+def _roll_out(
+    state: ClusterState,
+    registry: Registry,
+    model: dict,
+    spec: dict,
+    target: HardwareClass,
+    engine: str,
+    rollout: Rollout | None,
+    settings: Settings,
+) -> dict:
+    """Config, Deployment, Service and PDB of one target; returns the Deployment as observed."""
+    namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
+    manifest = state.manifest(registry, engine)
+    config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
+    _apply_if_changed(state, config_map, state.get("v1", "ConfigMap", namespace, name))
+    replicas = desired_replicas(spec, rollout)
+    deployment = serving.build_deployment(model, spec, target, engine, config_map, replicas, settings)
+    observed = _apply_if_changed(state, deployment, state.get("apps/v1", "Deployment", namespace, name))
+    _apply_if_changed(state, serving.build_target_service(model, target), state.get("v1", "Service", namespace, name))
+    pdb = serving.build_pdb(model, target, replicas)
+    if pdb is not None:
+        _apply_if_changed(state, pdb, state.get("policy/v1", "PodDisruptionBudget", namespace, name))
+    else:
+        state.delete("policy/v1", "PodDisruptionBudget", namespace, name)
+    return observed
+
+
+def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Registry) -> dict:
     """Converge one InferenceModel; returns the status it wrote (or found already right)."""
     now = datetime.now(UTC)
     meta = model["metadata"]
@@ -46,23 +84,38 @@ def reconcile(state: ClusterState, model: dict, settings: Settings) -> dict:
         return _write_status(state, model, invalid_spec_status(model, error, now))
 
     nodes = state.nodes()
-    targets = select_targets(spec["hardware"], discover(nodes), nodes)
+    targets = [t for t in select_targets(spec["hardware"], discover(nodes), nodes)]
     existing = {
         cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])
     }
-    compile_jobs = {}
+    compile_jobs, rollouts, engines = {}, {}, {}
     for target in targets:
         if not target.nodes:
             continue  # nothing could run it; the status says which pool matched no node
         desired = build_compile_job(model, spec, target, settings)
-        current = existing.get(target.name)
-        if current is None or not contains(current, desired):
-            current = state.apply(desired)
-            log.info("applied CompileJob %s/%s", meta["namespace"], desired["metadata"]["name"])
-        compile_jobs[target.name] = current
-    # CompileJobs of classes that disappeared are kept: their engines stay valid if the pool returns.
+        compile_jobs[target.name] = _apply_if_changed(state, desired, existing.get(target.name))
+        deployment_name = serving.target_name(meta["name"], target)
+        rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
+        engine = desired_engine(compile_jobs[target.name], rollout)
+        if engine is not None:
+            try:
+                rollout = observe(_roll_out(state, registry, model, spec, target, engine, rollout, settings))
+            except RegistryError as error:
+                log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
+            else:
+                engines[target.name] = engine
+        if rollout is not None and not rollout.updated:
+            rollout = with_problem(rollout, state.pods(meta["namespace"], serving.selector(model, target)))
+        if rollout is not None:
+            rollouts[target.name] = rollout
+    # CompileJobs and Deployments of classes that disappeared are kept: engines stay valid if the pool returns.
+    if rollouts:
+        _apply_if_changed(
+            state, serving.build_model_service(model), state.get("v1", "Service", meta["namespace"], meta["name"])
+        )
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
-    return _write_status(state, model, inference_model_status(model, targets, compile_jobs, products, now))
+    status = inference_model_status(model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now)
+    return _write_status(state, model, status)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

@@ -5,11 +5,13 @@ import time
 
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
 from tensorkiln.hardware.classes import is_simulated
+from tensorkiln.registry import EngineManifest, Registry
 
 
 class ClusterState:
@@ -26,6 +28,7 @@ class ClusterState:
         self._nodes: list[dict] = []
         self._nodes_at = float("-inf")
         self._lock = threading.Lock()
+        self._manifests: dict[str, EngineManifest] = {}
 
     def _plain(self, obj) -> dict:
         return self.api.sanitize_for_serialization(obj)
@@ -51,6 +54,10 @@ class ClusterState:
         listing = self.batch.list_namespaced_job(namespace, label_selector=f"{labels.COMPILE_JOB}={compile_job}")
         return [self._plain(j) for j in listing.items]
 
+    def pods(self, namespace: str, labels_: dict[str, str]) -> list[dict]:
+        selector = ",".join(f"{k}={v}" for k, v in labels_.items())
+        return [self._plain(p) for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items]
+
     def newest_pod(self, namespace: str, job_name: str) -> dict | None:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items
         if not pods:
@@ -63,6 +70,24 @@ class ClusterState:
         except client.ApiException as error:
             if error.status != 404:
                 raise
+
+    def manifest(self, registry: Registry, digest: str) -> EngineManifest:
+        """An engine's manifest; cached, as a digest names immutable content."""
+        if digest not in self._manifests:
+            self._manifests[digest] = registry.manifest(digest)
+        return self._manifests[digest]
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind).get(name, namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        try:
+            self.dynamic.resources.get(api_version=api_version, kind=kind).delete(name, namespace)
+        except NotFoundError:
+            pass
 
     def apply(self, obj: dict) -> dict:
         return kube.apply(self.dynamic, obj).to_dict()

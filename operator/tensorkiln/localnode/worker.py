@@ -285,7 +285,7 @@ class PodWorker:
             result = tracker.record(passed, time.monotonic())
             if kind == "readiness":
                 c.state.ready = bool(result)
-            elif result:  # startup passed
+            elif kind == "startup" and result:  # a passing liveness probe changes nothing
                 c.state.started = True
                 c.state.ready = "readiness" not in c.probes
             elif result is False:  # startup or liveness failed: the kubelet kills the container

@@ -1,12 +1,16 @@
-"""InferenceModel status rolled up from its hardware targets and their CompileJobs (pure)."""
+"""InferenceModel status rolled up from its hardware targets, CompileJobs and Triton rollouts (pure)."""
 
+from collections.abc import Callable
 from datetime import datetime
 
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.status.conditions import condition, merge_conditions
+from tensorkiln.status.serving import Rollout
 
 
-def _target_entry(target: HardwareClass, compile_job: dict | None) -> dict:
+def _target_entry(
+    target: HardwareClass, compile_job: dict | None, rollout: Rollout | None, engine_uri: Callable[[str], str]
+) -> dict:
     entry = {
         "hardwareClass": target.name,
         "kind": target.kind,
@@ -15,64 +19,101 @@ def _target_entry(target: HardwareClass, compile_job: dict | None) -> dict:
         "simulated": target.simulated,
     }
     if compile_job is not None:
-        status = compile_job.get("status", {})
         entry["compileJob"] = compile_job["metadata"]["name"]
-        entry["compilePhase"] = status.get("phase", "Pending")
-        if "engine" in status:
-            entry["engine"] = status["engine"]
+        entry["compilePhase"] = compile_job.get("status", {}).get("phase", "Pending")
+    if rollout is not None:
+        entry["replicas"] = rollout.replicas
+        entry["readyReplicas"] = rollout.ready_replicas
+        if rollout.engine:
+            entry["engine"] = {"digest": rollout.engine, "uri": engine_uri(rollout.engine)}
     return entry
 
 
-def _describe(entries: list[dict], phase: str) -> str:
-    return ", ".join(e["hardwareClass"] for e in entries if e.get("compilePhase") == phase)
+def _names(entries: list[dict]) -> str:
+    return ", ".join(e["hardwareClass"] for e in entries)
+
+
+def _compiled(entries: list[dict], empty: list[str], products_seen: list[str]) -> dict:
+    failed = [e for e in entries if e.get("compilePhase") == "Failed"]
+    done = [e for e in entries if e.get("compilePhase") == "Succeeded"]
+    if not entries:
+        message = f"no node matches spec.hardware (GPU products in the cluster: {', '.join(products_seen) or 'none'})"
+        if empty:
+            message = f"pools {', '.join(empty)} match no node; {message}"
+        return condition("Compiled", False, "NoMatchingHardware", message)
+    if failed:
+        keeps = [e for e in failed if "engine" in e]
+        note = f"; the previous engine keeps serving on {_names(keeps)}" if keeps else ""
+        return condition("Compiled", False, "CompileFailed", f"compile failed for: {_names(failed)}{note}")
+    if len(done) == len(entries):
+        return condition("Compiled", True, "EnginesPublished", f"engines published for {len(done)} targets")
+    return condition("Compiled", False, "Compiling", f"compiling for: {_names([e for e in entries if e not in done])}")
+
+
+def _deployed(entries: list[dict], rollouts: dict[str, Rollout], engines: dict[str, str]) -> dict:
+    pending = [e for e in entries if e["hardwareClass"] not in engines]
+    if pending:
+        return condition("Deployed", False, "AwaitingEngines", f"no engine yet for: {_names(pending)}")
+    rolling = [e for e in entries if not (r := rollouts.get(e["hardwareClass"])) or not r.updated
+               or r.engine != engines[e["hardwareClass"]]]  # fmt: skip
+    blocked = [(e, rollouts[e["hardwareClass"]]) for e in rolling if rollouts.get(e["hardwareClass"], None)
+               and rollouts[e["hardwareClass"]].problem]  # fmt: skip
+    if blocked:
+        entry, rollout = blocked[0]
+        keeps = "; the previous pods keep serving" if rollout.serving else ""
+        return condition("Deployed", False, "RolloutBlocked", f"{entry['hardwareClass']}: {rollout.problem}{keeps}")
+    if rolling:
+        return condition("Deployed", False, "RollingOut", f"Triton rolling out on: {_names(rolling)}")
+    simulated = [e for e in entries if e["simulated"]]
+    note = f" ({_names(simulated)} simulated by kwok: no Triton runs there)" if simulated else ""
+    return condition("Deployed", True, "RolledOut", f"every target runs its selected engine{note}")
 
 
 def inference_model_status(
-    model: dict, targets: list[HardwareClass], compile_jobs: dict[str, dict], products_seen: list[str], now: datetime
+    model: dict,
+    targets: list[HardwareClass],
+    compile_jobs: dict[str, dict],
+    rollouts: dict[str, Rollout],
+    engines: dict[str, str],
+    products_seen: list[str],
+    engine_uri: Callable[[str], str],
+    now: datetime,
 ) -> dict:
-    """Status for `model`, given its targets and the CompileJobs that exist for them (by class)."""
+    """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
+    digest each target should serve (by class). Target `engine` is the engine being served."""
     generation = model["metadata"].get("generation", 1)
-    entries = [_target_entry(t, compile_jobs.get(t.name)) for t in targets]
+    entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
-    succeeded = [e for e in with_nodes if e.get("compilePhase") == "Succeeded" and "engine" in e]
-    failed = [e for e in with_nodes if e.get("compilePhase") == "Failed"]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
+    compiled = _compiled(with_nodes, empty, products_seen)
+    deployed = _deployed(with_nodes, rollouts, engines) if with_nodes else condition(
+        "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
+    serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
 
-    if not with_nodes:
-        seen = ", ".join(products_seen) or "none"
-        reason, message = "NoMatchingHardware", f"no node matches spec.hardware (GPU products in the cluster: {seen})"
-        if empty:
-            message = f"pools {', '.join(empty)} match no node; {message}"
-        compiled = condition("Compiled", False, reason, message)
-        phase = "Pending"
-    elif failed:
-        compiled = condition("Compiled", False, "CompileFailed", f"compile failed for: {_describe(entries, 'Failed')}")
-        phase = "Failed" if len(failed) == len(with_nodes) else "Degraded"
-    elif len(succeeded) == len(with_nodes):
-        compiled = condition("Compiled", True, "EnginesPublished", f"engines published for {len(succeeded)} targets")
-        phase = "Deploying"
+    if with_nodes and len(serving) == len(with_nodes):
+        ready = condition("Ready", True, "Serving", f"Triton serves on {len(serving)} targets")
+        phase = "Ready" if deployed["status"] == "True" else "Deploying"
     else:
-        compiling = [e["hardwareClass"] for e in with_nodes if e not in succeeded]
-        compiled = condition("Compiled", False, "Compiling", f"compiling for: {', '.join(compiling)}")
-        phase = "Compiling"
-
-    if compiled["status"] == "True":
-        deployed = condition(
-            "Deployed", False, "RolloutPending", "engines are published; serving is not rolled out yet"
-        )
-    else:
-        deployed = condition("Deployed", False, "AwaitingEngines", "serving starts once a target's engine is published")
-    ready = condition(
-        "Ready",
-        False,
-        compiled["reason"] if compiled["status"] != "True" else deployed["reason"],
-        compiled["message"] if compiled["status"] != "True" else deployed["message"],
-    )
-    old_conditions = model.get("status", {}).get("conditions")
+        blocking = compiled if compiled["status"] != "True" else deployed
+        ready = condition("Ready", False, blocking["reason"], blocking["message"])
+        if serving:
+            phase = "Degraded"
+        elif compiled["reason"] == "NoMatchingHardware":
+            phase = "Pending"
+        elif compiled["reason"] == "CompileFailed":
+            failed_all = all(e.get("compilePhase") == "Failed" for e in with_nodes)
+            phase = "Failed" if failed_all else "Degraded"
+        elif compiled["status"] == "True":
+            phase = "Deploying"
+        else:
+            phase = "Compiling"
+    compiled_count = sum(1 for e in with_nodes if e.get("compilePhase") == "Succeeded")
     return {
         "observedGeneration": generation,
         "phase": phase,
-        "targetSummary": f"{len(succeeded)}/{len(with_nodes)} compiled",
+        "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled",
         "targets": entries,
-        "conditions": merge_conditions(old_conditions, [ready, compiled, deployed], generation, now),
+        "conditions": merge_conditions(
+            model.get("status", {}).get("conditions"), [ready, compiled, deployed], generation, now
+        ),
     }

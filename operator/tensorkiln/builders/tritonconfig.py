@@ -1,0 +1,100 @@
+"""Triton's config.pbtxt for a published engine (pure).
+
+Built as a dict, parsed into Triton's own ModelConfig protobuf (so a wrong field name or enum
+fails here, not in a server) and printed in protobuf text format.
+
+Two runtimes:
+- native: what the NGC tritonserver image serves: `tensorrt_plan`, `onnxruntime_onnx`, or the
+  `openvino` backend, by the engine's compiler.
+- python-backend: the local cluster's Triton (the nvidia-pytriton wheel) has only the Python
+  backend, so there a Python model (tensorkiln.serving.python_backend) runs the same engine
+  file with onnxruntime or OpenVINO.
+"""
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from tensorkiln.registry.manifest import EngineManifest
+
+NATIVE = "native"
+PYTHON_BACKEND = "python-backend"
+
+ENGINE_FILES = {"TensorRT": "model.plan", "OnnxRuntime": "model.onnx", "OpenVINO": "model.xml"}
+NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"platform": "onnxruntime_onnx"},
+                    "OpenVINO": {"backend": "openvino"}}  # fmt: skip
+
+
+def _tensors(manifest: EngineManifest, tensors, batched: bool) -> list[dict]:
+    """Triton tensor configs: dims without the batch dimension when Triton batches."""
+    profiles = manifest.profiles.get("inputs", {})
+    rendered = []
+    for tensor in tensors:
+        dims = list(tensor.dims)
+        profile = profiles.get(tensor.name)
+        if profile:
+            # The engine was built for these ranges: a dimension fixed in its profile is fixed here.
+            dims = [hi if lo == hi else -1 for lo, hi in zip(profile["min"], profile["max"])]
+        if batched:
+            dims = dims[1:]
+        rendered.append({"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims or [1]})
+    return rendered
+
+
+def _dynamic_batching(serving: dict) -> dict | None:
+    batching = serving["dynamicBatching"]
+    if not batching["enabled"] or serving["maxBatchSize"] == 0:
+        return None
+    policy = batching["queuePolicy"]
+    return {
+        "preferredBatchSize": batching["preferredBatchSizes"],
+        "maxQueueDelayMicroseconds": batching["maxQueueDelayMicroseconds"],
+        "defaultQueuePolicy": {
+            "timeoutAction": policy["timeoutAction"],
+            "defaultTimeoutMicroseconds": policy["timeoutMicroseconds"],
+            "maxQueueSize": policy["maxQueueSize"],
+        },
+    }
+
+
+def _parameters(values: dict[str, str]) -> dict:
+    return {key: {"stringValue": str(value)} for key, value in values.items()}
+
+
+def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str, cpu_threads: int = 1) -> dict:
+    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
+    batched = serving["maxBatchSize"] > 0
+    gpu = manifest.hardware_kind == "GPU"
+    config = {
+        "name": name,
+        "maxBatchSize": serving["maxBatchSize"],
+        "input": _tensors(manifest, manifest.inputs, batched),
+        "output": _tensors(manifest, manifest.outputs, batched),
+        "instanceGroup": [
+            {"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": serving["instancesPerGPU"] if gpu else 1}
+        ],
+        "defaultModelFilename": ENGINE_FILES[manifest.compiler],
+    }
+    if runtime == PYTHON_BACKEND:
+        config["backend"] = "python"
+        config["parameters"] = _parameters(
+            {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
+        )
+    else:
+        config |= NATIVE_PLATFORMS[manifest.compiler]
+        if manifest.compiler == "OpenVINO":
+            winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
+            config["parameters"] = _parameters(winner.settings.get("config", {}))
+    batching = _dynamic_batching(serving)
+    if batching:
+        config["dynamicBatching"] = batching
+    return config
+
+
+def render(config: dict) -> str:
+    """config.pbtxt text; raises json_format.ParseError on anything Triton's schema lacks."""
+    message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    return text_format.MessageToString(message)
+
+
+def parse(text: str) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(text, model_config_pb2.ModelConfig())

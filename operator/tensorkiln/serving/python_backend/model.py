@@ -1,0 +1,115 @@
+"""A Triton Python-backend model that serves a TensorKiln engine with OpenVINO or onnxruntime.
+
+Why it exists: the nvidia-pytriton wheel, which is where the local node's Triton comes from,
+ships only the python backend. So on local-0 an OpenVINO engine (model.xml + model.bin) or an
+onnxruntime engine (model.onnx) is served by this model, which runs the engine in-process. A
+real cluster runs the NGC image `nvcr.io/nvidia/tritonserver`, whose native backends serve
+the engine directly (`backend: "openvino"`, `platform: "onnxruntime_onnx"`,
+`platform: "tensorrt_plan"`); there the operator renders that config and this file is unused.
+TensorRT plans are refused here: they need the NGC image and a GPU.
+
+`tensorkiln-engine-fetch --python-backend` lays out the model:
+
+    <model>/config.pbtxt            backend: "python"
+    <model>/1/model.py              this file
+    <model>/1/engine.json           the manifest fields read here (tensorkiln.serving.enginefetch)
+    <model>/1/model.xml, model.bin  or model.onnx
+
+config.pbtxt `parameters` (string values; `default_model_filename` must stay unset or
+"model.py": for the python backend it names this file):
+    intra_op_threads  threads per model instance: onnxruntime's intra_op_num_threads, OpenVINO's
+                      INFERENCE_NUM_THREADS (default 1; scale out with instance_group count)
+    engine_file       the engine file in the version directory (default model.xml for OpenVINO,
+                      model.onnx for onnxruntime)
+    engine            optional: the engine digest the config was rendered for; the model fails
+                      to load when engine.json names another engine
+
+The engine runs with the settings its compile measured (the selected candidate's `settings`:
+OpenVINO's `config` and `inferencePrecision`, onnxruntime's graph optimisation level).
+`execute` gets all requests the dynamic batcher gathered: it concatenates them along the batch
+axis, runs the engine once and splits the outputs, so batching pays off as it does natively.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+ENGINE_JSON = "engine.json"
+ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx"}  # what this model serves
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        engine = json.loads((version_dir / ENGINE_JSON).read_text())
+        check_engine(engine, config, parameters.get("engine", ""))
+        self.inputs = [tensor["name"] for tensor in engine["inputs"]]
+        engine_file = version_dir / parameters.get("engine_file", ENGINE_FILES[engine["compiler"]])
+        self.run = open_engine(engine, engine_file, int(parameters.get("intra_op_threads", "1")))
+
+    def execute(self, requests):
+        try:
+            feeds = {
+                name: [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for request in requests]
+                for name in self.inputs
+            }
+            sizes = [len(array) for array in feeds[self.inputs[0]]]
+            outputs = self.run({name: np.concatenate(arrays) for name, arrays in feeds.items()})
+        except Exception as error:  # the whole batch failed: every request gets the reason
+            message = pb_utils.TritonError(f"{type(error).__name__}: {error}")
+            return [pb_utils.InferenceResponse(error=message) for _ in requests]
+        splits = {name: np.split(array, np.cumsum(sizes)[:-1]) for name, array in outputs.items()}
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(name, parts[i]) for name, parts in splits.items()])
+            for i in range(len(requests))
+        ]
+
+
+def check_engine(engine: dict, config: dict, expected_digest: str) -> None:
+    """Refuse what this model cannot serve as configured, before anything is loaded."""
+    if expected_digest and expected_digest != engine["digest"]:
+        raise ValueError(f"config.pbtxt is for engine {expected_digest}, but {ENGINE_JSON} holds {engine['digest']}")
+    if engine["compiler"] not in ENGINE_FILES:
+        raise ValueError(
+            f"engine {engine['digest']} is a {engine['compiler']} engine; this python-backend model serves "
+            f"{' and '.join(ENGINE_FILES)} engines only. Serve TensorRT plans with the NGC tritonserver image "
+            '(platform: "tensorrt_plan") on the GPU they were built for'
+        )
+    limit, wanted = engine.get("maxBatchSize"), config.get("max_batch_size", 0)
+    if limit and wanted > limit:
+        raise ValueError(f"max_batch_size {wanted} exceeds the engine's profile maximum batch of {limit}")
+
+
+def open_engine(engine: dict, engine_file: Path, threads: int):
+    """A function from {input name: batch} to {output name: batch}."""
+    settings, outputs = engine["settings"], [tensor["name"] for tensor in engine["outputs"]]
+    if engine["compiler"] == "OpenVINO":
+        import openvino as ov
+
+        config = {**settings.get("config", {}), "INFERENCE_NUM_THREADS": str(threads)}
+        if "inferencePrecision" in settings:  # pin what the compile measured, not this CPU's default
+            config.setdefault("INFERENCE_PRECISION_HINT", settings["inferencePrecision"])
+        compiled = ov.Core().compile_model(str(engine_file), settings.get("device", "CPU"), config)
+        request, ports = compiled.create_infer_request(), {name: compiled.output(name) for name in outputs}
+
+        def run(feeds):
+            results = request.infer(feeds)
+            return {name: np.array(results[port]) for name, port in ports.items()}  # copies: buffers are reused
+
+        return run
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    level = getattr(ort.GraphOptimizationLevel, settings.get("graphOptimizationLevel", ""), None)
+    if level is not None:  # "default" (the baseline) leaves onnxruntime's default
+        options.graph_optimization_level = level
+    available = ort.get_available_providers()
+    providers = [p for p in settings.get("providers", []) if p in available] or ["CPUExecutionProvider"]
+    session = ort.InferenceSession(str(engine_file), options, providers=providers)
+    return lambda feeds: dict(zip(outputs, session.run(outputs, feeds)))

@@ -1,0 +1,82 @@
+"""Which engine a target should serve, and how its rollout stands (pure)."""
+
+from dataclasses import dataclass, replace
+
+from tensorkiln.builders.serving import ENGINE_DIGEST
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A target's Deployment as observed."""
+
+    engine: str | None  # digest in the pod template
+    replicas: int
+    ready_replicas: int
+    updated: bool  # every replica runs the current template and the controller has seen it
+    problem: str | None = None  # why new pods do not start, when they do not
+
+    @property
+    def serving(self) -> bool:
+        return self.ready_replicas > 0
+
+
+def observe(deployment: dict | None) -> Rollout | None:
+    if deployment is None:
+        return None
+    spec, status = deployment.get("spec", {}), deployment.get("status", {})
+    annotations = spec.get("template", {}).get("metadata", {}).get("annotations", {})
+    replicas = spec.get("replicas", 1)
+    updated = (
+        status.get("observedGeneration") == deployment["metadata"].get("generation")
+        and status.get("updatedReplicas", 0) == replicas
+        and status.get("availableReplicas", 0) >= replicas
+        and status.get("replicas", 0) == replicas  # old pods gone
+    )
+    return Rollout(annotations.get(ENGINE_DIGEST), replicas, status.get("readyReplicas", 0), updated)
+
+
+def desired_engine(compile_job: dict | None, rollout: Rollout | None) -> str | None:
+    """The compiled engine once it exists; until then (or if its compile failed) whatever serves now.
+
+    A failed or still-running compile never takes an engine away: the previous one keeps serving.
+    """
+    status = (compile_job or {}).get("status", {})
+    if status.get("phase") == "Succeeded" and status.get("engine"):
+        return status["engine"]["digest"]
+    return rollout.engine if rollout else None
+
+
+def desired_replicas(spec: dict, rollout: Rollout | None) -> int:
+    """Keep the current count (the SLO scaler owns it) within the SLO's bounds; start at the minimum."""
+    slo = spec.get("slo") or {}
+    low, high = max(slo.get("minReplicas", 1), 1), slo.get("maxReplicas", 1)
+    current = rollout.replicas if rollout else low
+    return min(max(current, low), max(high, low))
+
+
+STUCK = ("CrashLoopBackOff", "CreateContainerConfigError", "ImagePullBackOff", "ErrImagePull", "ImageNotMappable")
+
+
+def _container_problem(pod_name: str, status: dict) -> str | None:
+    state, last = status.get("state", {}), status.get("lastState", {})
+    terminated = state.get("terminated") or last.get("terminated")
+    if terminated and terminated.get("exitCode", 0) != 0:
+        detail = (terminated.get("message") or terminated.get("reason") or "").strip()
+        return f"pod {pod_name}: container {status['name']} exited {terminated['exitCode']}: {detail}"
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in STUCK:
+        return f"pod {pod_name}: container {status['name']}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(
+            ": "
+        )
+    return None
+
+
+def with_problem(rollout: Rollout, pods: list[dict]) -> Rollout:
+    """The rollout, with the first reason one of its pods cannot start (e.g. an engine that fails its sha256)."""
+    for pod in pods:
+        status = pod.get("status", {})
+        for container in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+            problem = _container_problem(pod["metadata"]["name"], container)
+            if problem:
+                return replace(rollout, problem=problem[:1024])
+    return rollout

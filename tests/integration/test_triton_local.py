@@ -1,0 +1,233 @@
+"""Real Triton serving real engines: the Triton pod's two containers, run by hand on a loopback address.
+
+The OCR classifier from the rapidocr wheel is compiled here (tensorkiln-compile's main) into an OpenVINO
+and an onnxruntime engine; tensorkiln-engine-fetch lays them out with the python-backend runner,
+as the init container does; the nvidia-pytriton wheel's tritonserver serves them with the
+triton container's arguments, mapped by the local node's image rule (tritonserver_launch), so
+this test proves the mapping too. No cluster needed.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from google.protobuf import text_format
+from tensorkiln.localcluster.ocr_models import CLS
+from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln.serving.client import infer
+from tensorkiln_compiler import pipeline
+from tensorkiln_compiler.cli import SPEC_ENV, main
+from tensorkiln_compiler.selection import select as by_measurement
+from tritonclient.grpc import InferenceServerClient, model_config_pb2
+
+pytestmark = pytest.mark.serving
+
+BIN = Path(sys.executable).parent
+TRITON_ARGS = [
+    "--model-repository=/models", "--model-control-mode=none", "--strict-readiness=true", "--allow-metrics=true",
+    "--metrics-config=summary_latencies=true", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
+]  # fmt: skip
+OUTPUT = "save_infer_model/scale_0.tmp_1"  # the classifier's only output: [N, 2] probabilities
+ENGINES = {"cls-openvino": "OpenVINO", "cls-onnxruntime": "OnnxRuntime"}  # Triton model -> compiler
+ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx"}
+FAST_BENCHMARK = ["--warmup", "1", "--runs", "3"]
+CONCURRENT_CLIENTS, CONCURRENT_REQUESTS, SEQUENTIAL_REQUESTS = 16, 208, 100
+
+
+def model_config(name: str, digest: str, engine_file: str) -> str:
+    """The python-backend config the operator renders for the local node, checked against Triton's schema."""
+    text = f"""
+name: "{name}"
+backend: "python"
+max_batch_size: 32
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, {CLS.height}, {CLS.width} ] }} ]
+output [ {{ name: "{OUTPUT}" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+parameters {{ key: "engine" value: {{ string_value: "{digest}" }} }}
+parameters {{ key: "engine_file" value: {{ string_value: "{engine_file}" }} }}
+parameters {{ key: "intra_op_threads" value: {{ string_value: "1" }} }}
+"""
+    text_format.Parse(text, model_config_pb2.ModelConfig())
+    return text
+
+
+def compile_engine(root: Path, compiler: str) -> str:
+    """tensorkiln-compile, FP32 with batches up to 32, publishing `compiler`'s engine; returns its digest.
+
+    Selection is by measured latency, and on a small model the onnxruntime baseline can beat
+    OpenVINO: the winner is overridden so that each test serves the engine kind it names.
+    """
+    spec = {
+        "modelName": "ocr-cls",
+        "source": {"uri": f"file://{CLS.path}"},
+        "hardware": {"className": "cpu-local", "kind": "CPU", "nodeSelector": {}},
+        "compilers": [compiler],
+        "precisions": ["FP32"],
+        "shapes": CLS.shapes(batch_max=32),
+        "objective": {"metric": "LatencyP95", "batchSize": CLS.batch_size},
+        "registry": {"uri": f"file://{root}/registry"},
+        "optionsHash": f"serving-{compiler.lower()}",
+    }
+    wanted = f"{compiler.lower()}-fp32"
+
+    def select(candidates, objective):
+        measured = by_measurement(candidates, objective)
+        return measured.model_copy(update={"winner": wanted, "reason": f"{measured.reason}; test serves {wanted}"})
+
+    log = root / f"compile-{compiler}.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SPEC_ENV, json.dumps(spec))
+        patch.setattr(pipeline, "select", select)
+        code = main(["--termination-log", str(log), "--work-dir", str(root / f"work-{compiler}"), *FAST_BENCHMARK])
+    message = json.loads(log.read_text())
+    assert code == 0 and message["selected"] == wanted, message
+    return message["engine"]["digest"]
+
+
+def free_loopback_ip() -> str:
+    """A 127.0.0.x below the local node's pod range (from .10) where Triton's three ports are free."""
+    for host in range(2, 10):
+        ip = f"127.0.0.{host}"
+        try:
+            for port in (8000, 8001, 8002):
+                with socket.socket() as probe:
+                    probe.bind((ip, port))
+        except OSError:
+            continue
+        return ip
+    pytest.fail("no free loopback address in 127.0.0.2-9 for Triton's ports 8000-8002")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """Compile, fetch and serve both engines; yields (pod IP, {model: digest})."""
+    root = tmp_path_factory.mktemp("triton")
+    digests = {}
+    for model, compiler in ENGINES.items():
+        digests[model] = compile_engine(root, compiler)
+        config = root / "etc" / model / "config.pbtxt"
+        config.parent.mkdir(parents=True)
+        config.write_text(model_config(model, digests[model], ENGINE_FILES[compiler]))
+        subprocess.run(
+            [BIN / "tensorkiln-engine-fetch", "--registry", f"file://{root}/registry", "--digest", digests[model],
+             "--model-name", model, "--config", config, "--repository", root / "models", "--python-backend"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    ip = free_loopback_ip()
+    args = [arg.replace("=/models", f"={root}/models") for arg in TRITON_ARGS]  # the agent maps the volume
+    launch = tritonserver_launch(
+        Launch(["tritonserver"], args, {"POD_IP": ip, "PATH": f"{BIN}:{os.environ['PATH']}"}),
+        local_tritonserver(root / "agent-tmp"),
+    )
+    log_path = root / "tritonserver.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(launch.command + launch.args, env=launch.env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+    try:
+        wait_ready(ip, process, log_path)
+        yield ip, digests
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # the server and its python-backend stubs
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_ready(ip: str, process: subprocess.Popen, log_path: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"tritonserver exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"http://{ip}:8000/v2/health/ready", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"tritonserver not ready after 90 s:\n{log_path.read_text()[-4000:]}")
+
+
+def counters(ip: str, model: str) -> dict[str, float]:
+    """This model's nv_inference_* series from Triton's metrics endpoint (:8002, on the pod IP), once
+    they settle: Triton counts a request after its response is sent, so the last one may lag."""
+    pattern = re.compile(rf'^(nv_inference_\w+)\{{model="{re.escape(model)}",version="1"\}} (\S+)$', re.MULTILINE)
+    previous = None
+    for _ in range(50):
+        with urllib.request.urlopen(f"http://{ip}:8002/metrics", timeout=5) as reply:
+            current = {name: float(value) for name, value in pattern.findall(reply.read().decode())}
+        if current == previous:
+            return current
+        previous = current
+        time.sleep(0.1)
+    pytest.fail(f"Triton's counters for {model} kept changing with no requests in flight")
+
+
+@pytest.fixture(scope="module")
+def samples():
+    """Rendered text lines and what the original ONNX says about them on onnxruntime, FP32."""
+    x = CLS.samples(16, seed=11)
+    return x, ort.InferenceSession(str(CLS.path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("model", ENGINES)
+def test_engine_answers_like_the_original_onnx(server, samples, model):
+    ip, digests = server
+    x, expected = samples
+    config = InferenceServerClient(f"{ip}:8001").get_model_config(model).config
+    assert config.parameters["engine"].string_value == digests[model]
+    assert config.max_batch_size == 32 and list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+
+    for rows in (slice(0, 1), slice(1, 6), slice(0, 16)):
+        outputs = infer(f"{ip}:8001", model, {"x": x[rows]})
+        assert list(outputs) == [OUTPUT]
+        np.testing.assert_allclose(outputs[OUTPUT], expected[rows], atol=1e-4)
+
+
+@pytest.mark.parametrize("model", ENGINES)
+def test_dynamic_batcher_batches_concurrent_requests(server, samples, model):
+    ip, _ = server
+    address = f"{ip}:8001"
+    x, expected = samples
+
+    def one(i: int) -> None:  # every request sends its own line: a wrong split would show
+        output = infer(address, model, {"x": x[i % 16 : i % 16 + 1]})[OUTPUT]
+        np.testing.assert_allclose(output, expected[i % 16 : i % 16 + 1], atol=1e-4)
+
+    started = time.perf_counter()
+    for i in range(SEQUENTIAL_REQUESTS):
+        one(i)
+    sequential_rate = SEQUENTIAL_REQUESTS / (time.perf_counter() - started)
+
+    before = counters(ip, model)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(CONCURRENT_CLIENTS) as pool:
+        list(pool.map(one, range(CONCURRENT_REQUESTS)))
+    concurrent_rate = CONCURRENT_REQUESTS / (time.perf_counter() - started)
+    after = counters(ip, model)
+
+    inferences = after["nv_inference_count"] - before["nv_inference_count"]
+    executions = after["nv_inference_exec_count"] - before["nv_inference_exec_count"]
+    print(
+        f"\n{model}: {sequential_rate:.0f} req/s at 1 client, {concurrent_rate:.0f} req/s at {CONCURRENT_CLIENTS} "
+        f"clients; {inferences:.0f} inferences in {executions:.0f} executions (mean batch {inferences / executions:.1f})"
+    )
+    assert inferences == CONCURRENT_REQUESTS
+    assert executions < inferences  # the dynamic batcher formed batches, and the runner ran each once
+    assert after["nv_inference_request_success"] >= SEQUENTIAL_REQUESTS + CONCURRENT_REQUESTS
+    assert after.get("nv_inference_request_failure", 0) == 0

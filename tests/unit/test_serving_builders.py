@@ -1,0 +1,116 @@
+"""Golden tests for the serving builders, and Triton's own protobuf parsing every rendered config."""
+
+import pytest
+from registry_fixtures import make_engine
+from tensorkiln.builders import serving
+from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, config_dict, parse, render
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
+from tensorkiln.settings import Settings
+
+from .test_builders import CLASSES, sample_model
+
+DIGEST = "ab" * 32
+
+
+def manifest(tmp_path, compiler: str, kind: str):
+    base = make_engine(tmp_path).manifest
+    winner = Candidate(
+        id=f"{compiler.lower()}-int8",
+        compiler=compiler,
+        precision="INT8",
+        status="Selected",
+        settings={"config": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "2"}},
+    )
+    return base.model_copy(
+        update={
+            "compiler": compiler,
+            "hardware_kind": kind,
+            "precision": "INT8",
+            "inputs": [TensorInfo(name="x", data_type="FP32", dims=[-1, 3, -1, -1])],
+            "outputs": [TensorInfo(name="probs", data_type="FP32", dims=[-1, 2])],
+            "profiles": {"inputs": {"x": {"min": [1, 3, 48, 192], "opt": [8, 3, 48, 192], "max": [32, 3, 48, 192]}}},
+            "candidates": [winner],
+            "selection": Selection(objective={"batchSize": 8}, winner=winner.id, reason="fastest"),
+        }
+    )
+
+
+CASES = {
+    "tensorrt-h100": ("TensorRT", "GPU", "nvidia-h100-80gb-hbm3", NATIVE),
+    "onnxruntime-cpu": ("OnnxRuntime", "CPU", "cpu-amd64-intel-amx", NATIVE),
+    "openvino-cpu": ("OpenVINO", "CPU", "cpu-amd64-intel-amx", NATIVE),
+    "openvino-cpu-local": ("OpenVINO", "CPU", "cpu-amd64-intel-amx", PYTHON_BACKEND),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_config_golden_and_valid_for_triton(tmp_path, golden, case):
+    compiler, kind, class_name, runtime = CASES[case]
+    model = sample_model()
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, CLASSES[class_name], manifest(tmp_path, compiler, kind), runtime)
+    text = config_map["data"]["config.pbtxt"]
+    golden(f"triton-config-{case}.pbtxt", text)
+    config = parse(text)  # Triton's ModelConfig protobuf: wrong field names fail here
+    assert config.max_batch_size == 32
+    assert list(config.input[0].dims) == [3, 48, 192]
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+
+
+def test_native_platforms_and_the_local_python_backend(tmp_path):
+    serving_spec = normalised_spec(sample_model())["serving"]
+
+    def config(compiler, kind, runtime=NATIVE):
+        return parse(render(config_dict("m", manifest(tmp_path, compiler, kind), serving_spec, runtime)))
+
+    assert config("TensorRT", "GPU").platform == "tensorrt_plan"
+    assert config("TensorRT", "GPU").instance_group[0].kind == 1  # KIND_GPU
+    assert config("OnnxRuntime", "CPU").platform == "onnxruntime_onnx"
+    assert config("OpenVINO", "CPU").backend == "openvino"
+    local = config("OpenVINO", "CPU", PYTHON_BACKEND)
+    assert local.backend == "python" and local.parameters["engine_file"].string_value == "model.xml"
+
+
+def test_batching_off_renders_no_dynamic_batcher(tmp_path):
+    serving_spec = {**normalised_spec(sample_model())["serving"], "maxBatchSize": 0}
+    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec, NATIVE)))
+    assert not config.HasField("dynamic_batching")
+    assert list(config.input[0].dims) == [-1, 3, 48, 192]  # the batch dimension is the model's own
+
+
+@pytest.mark.parametrize("case", ["tensorrt-h100", "openvino-cpu-local"])
+def test_deployment_services_and_pdb_golden(tmp_path, golden, case):
+    compiler, kind, class_name, runtime = CASES[case]
+    model = sample_model()
+    spec = normalised_spec(model)
+    target = CLASSES[class_name]
+    settings = Settings(registry_uri="file:///var/lib/tensorkiln/registry", serving_runtime=runtime)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind), runtime)
+    deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 2, settings)
+    golden(
+        f"serving-{case}",
+        {
+            "deployment": deployment,
+            "targetService": serving.build_target_service(model, target),
+            "modelService": serving.build_model_service(model),
+            "pdb": serving.build_pdb(model, target, 2),
+        },
+    )
+
+
+def test_deployment_never_drops_capacity_and_rolls_only_on_engine_or_config(tmp_path):
+    model, target = sample_model(), CLASSES["nvidia-l4"]
+    spec = normalised_spec(model)
+    settings = Settings()
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"), NATIVE)
+    one = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, settings)
+    assert one["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = one["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    scaled = serving.build_deployment(model, spec, target, DIGEST, config_map, 3, settings)
+    assert scaled["spec"]["template"] == one["spec"]["template"]  # scaling does not roll pods
+    upgraded = serving.build_deployment(model, spec, target, "cd" * 32, config_map, 1, settings)
+    assert upgraded["spec"]["template"] != one["spec"]["template"]
+    assert serving.build_pdb(model, target, 1) is None

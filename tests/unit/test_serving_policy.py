@@ -1,0 +1,60 @@
+from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
+
+D1, D2 = "1" * 64, "2" * 64
+
+
+def deployment(engine=D1, spec_replicas=2, generation=3, **status):
+    return {
+        "metadata": {"generation": generation},
+        "spec": {
+            "replicas": spec_replicas,
+            "template": {"metadata": {"annotations": {"tensorkiln.dev/engine-digest": engine}}},
+        },
+        "status": status,
+    }
+
+
+def test_observe_reads_engine_and_rollout_completeness():
+    done = observe(
+        deployment(observedGeneration=3, replicas=2, updatedReplicas=2, availableReplicas=2, readyReplicas=2)
+    )
+    assert done == Rollout(D1, 2, 2, True)
+    surging = observe(
+        deployment(observedGeneration=3, replicas=3, updatedReplicas=1, availableReplicas=2, readyReplicas=2)
+    )
+    assert not surging.updated and surging.serving
+    assert observe(None) is None
+
+
+def test_a_new_engine_replaces_the_served_one_only_once_compiled():
+    serving = Rollout(D1, 1, 1, True)
+    assert desired_engine({"status": {"phase": "Succeeded", "engine": {"digest": D2}}}, serving) == D2
+    assert desired_engine({"status": {"phase": "Running"}}, serving) == D1
+    assert desired_engine({"status": {"phase": "Failed"}}, serving) == D1
+    assert desired_engine({"status": {"phase": "Running"}}, None) is None
+
+
+def test_replicas_start_at_the_minimum_and_stay_within_bounds():
+    spec = {"slo": {"minReplicas": 2, "maxReplicas": 5}}
+    assert desired_replicas(spec, None) == 2
+    assert desired_replicas(spec, Rollout(D1, 4, 4, True)) == 4
+    assert desired_replicas(spec, Rollout(D1, 9, 9, True)) == 5
+    assert desired_replicas({}, None) == 1
+
+
+def test_a_failing_engine_fetch_is_the_rollout_problem():
+    pod = {
+        "metadata": {"name": "m-l4-abc"},
+        "status": {
+            "initContainerStatuses": [
+                {
+                    "name": "engine-fetch",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": "model.xml: sha256 mismatch"}},
+                }
+            ]
+        },
+    }
+    rollout = with_problem(Rollout(D1, 1, 1, False), [pod])
+    assert rollout.problem == "pod m-l4-abc: container engine-fetch exited 1: model.xml: sha256 mismatch"
+    assert with_problem(Rollout(D1, 1, 1, False), []).problem is None
