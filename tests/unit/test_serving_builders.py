@@ -70,6 +70,7 @@ def test_native_platforms_and_the_local_python_backend(tmp_path):
     assert config("OpenVINO", "CPU").backend == "openvino"
     local = config("OpenVINO", "CPU", PYTHON_BACKEND)
     assert local.backend == "python" and local.parameters["engine_file"].string_value == "model.xml"
+    assert not local.default_model_filename  # the Python backend loads model.py
 
 
 def test_batching_off_renders_no_dynamic_batcher(tmp_path):

@@ -82,6 +82,7 @@ def build_deployment(
         "--model-name", triton_model_name(model),
         "--config", f"{CONFIG_DIR}/config.pbtxt",
         "--repository", MODEL_REPOSITORY,
+        "--termination-log", "/dev/termination-log",
     ]  # fmt: skip
     if settings.serving_runtime == "python-backend":
         fetch_args.append("--python-backend")

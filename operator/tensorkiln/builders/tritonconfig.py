@@ -72,15 +72,15 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
         "instanceGroup": [
             {"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": serving["instancesPerGPU"] if gpu else 1}
         ],
-        "defaultModelFilename": ENGINE_FILES[manifest.compiler],
     }
     if runtime == PYTHON_BACKEND:
+        # The Python backend's model file is model.py; the runner finds the engine by parameter.
         config["backend"] = "python"
         config["parameters"] = _parameters(
             {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
         )
     else:
-        config |= NATIVE_PLATFORMS[manifest.compiler]
+        config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":
             winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
             config["parameters"] = _parameters(winner.settings.get("config", {}))

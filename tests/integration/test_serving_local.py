@@ -1,0 +1,177 @@
+"""Real Triton on local-0 serving an engine compiled there, through the operator, end to end."""
+
+import copy
+import re
+import threading
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import yaml
+from kubernetes import client
+from tensorkiln.api import GROUP, VERSION
+from tensorkiln.builders.compilejob import build_compile_job
+from tensorkiln.builders.serving import ENGINE_DIGEST
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.hardware.classes import discover
+from tensorkiln.hardware.selection import select_targets
+from tensorkiln.localcluster.ocr_models import CLS
+from tensorkiln.registry import open_registry
+from tensorkiln.serving.client import endpoints, infer
+from tensorkiln.settings import Settings
+
+from .helpers import wait_for
+
+pytestmark = pytest.mark.cluster
+SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/ocr-cls-cpu.yaml").read_text())
+NAME = "ocr-cls"
+
+
+def model_object(api, namespace) -> dict:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", NAME)
+
+
+def condition(model: dict, type_: str) -> dict:
+    return next((c for c in model.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def served_engine(api, namespace) -> str:
+    deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace).items
+    return deployments[0].spec.template.metadata.annotations[ENGINE_DIGEST]
+
+
+def rolled_out(api, namespace):
+    model = model_object(api, namespace)
+    return model if condition(model, "Deployed").get("status") == "True" else None
+
+
+def counter(metrics: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf'^{name}{{model="{NAME}".*}} ([0-9.e+]+)$', metrics, re.M))
+
+
+class Load:
+    """Requests from several threads for as long as it runs. A failed request is retried once on
+    another ready pod, as a load balancer would; a request that fails twice counts as failed."""
+
+    def __init__(self, api, namespace, threads=4):
+        self.api, self.namespace = api, namespace
+        self.ok = self.failed = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+
+    def _one(self, batch) -> None:
+        for attempt in range(2):
+            addresses = endpoints(self.api, self.namespace, NAME)
+            try:
+                infer(addresses[attempt % len(addresses)], NAME, {"x": batch}, timeout_s=10)
+                return
+            except Exception as error:  # counted below; the retry goes to another pod
+                last = error
+        raise last
+
+    def _run(self, seed) -> None:
+        batch = CLS.samples(1, seed=seed)
+        while not self._stop.is_set():
+            try:
+                self._one(batch)
+                with self._lock:
+                    self.ok += 1
+            except Exception as error:
+                with self._lock:
+                    self.failed += 1
+                    self.errors.append(repr(error)[:200])
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_tampered_engines(
+    api, operator, namespace, tmp_path
+):
+    model = copy.deepcopy(SAMPLE)
+    model["metadata"] = {"name": NAME, "namespace": namespace}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
+    wait_for(lambda: rolled_out(api, namespace), timeout=600, interval=3, what="compile, rollout and readiness")
+    assert model_object(api, namespace)["status"]["phase"] == "Ready"
+
+    # 1. Real requests match the fp32 reference on the original ONNX.
+    (address,) = endpoints(api, namespace, NAME)
+    assert address.startswith("127.0.0.")
+    images = CLS.samples(8, seed=11)
+    served = next(iter(infer(address, NAME, {"x": images}).values()))
+    reference = ort.InferenceSession(str(CLS.path)).run(None, {"x": images})[0]
+    assert np.max(np.abs(served - reference)) < 0.05
+    assert (served.argmax(1) == reference.argmax(1)).all()
+
+    # 2. Under concurrent load the dynamic batcher forms batches.
+    with Load(api, namespace, threads=8) as load:
+        wait_for(lambda: load.ok >= 200, timeout=120, interval=0.5, what="200 requests")
+    assert load.failed == 0, load.errors[:3]
+    metrics = urllib.request.urlopen(f"http://{address.split(':')[0]}:8002/metrics", timeout=5).read().decode()
+    assert counter(metrics, "nv_inference_exec_count") < counter(metrics, "nv_inference_count")
+
+    # 3. A new engine (other precisions: another compile) rolls out under load with no failed request.
+    before = served_engine(api, namespace)
+    with Load(api, namespace) as load:
+        patch = {"spec": {"compile": {"precisions": ["FP32"]}}}
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "inferencemodels", NAME, patch
+        )
+        wait_for(lambda: served_engine(api, namespace) != before, timeout=600, interval=2, what="the new engine")
+        wait_for(lambda: rolled_out(api, namespace), timeout=300, interval=2, what="the upgrade to finish")
+    assert load.ok > 0 and load.failed == 0, f"{load.failed} failed of {load.ok + load.failed}: {load.errors[:3]}"
+
+    # 4. A tampered engine is refused by the init container; the running pod keeps serving.
+    serving_digest = served_engine(api, namespace)
+    registry = open_registry(operator.registry_uri)
+    tampered = _publish_tampered_copy(api, registry, namespace, serving_digest, tmp_path)
+    patch = {"spec": {"compile": {"precisions": ["FP32", "INT8"], "accuracy": {"maxAbsError": 0.049}}}}
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, "inferencemodels", NAME, patch
+    )
+
+    def blocked():
+        deployed = condition(model_object(api, namespace), "Deployed")
+        return deployed if deployed.get("reason") == "RolloutBlocked" else None
+
+    deployed = wait_for(blocked, timeout=180, interval=2, what="the rollout to be blocked")
+    assert tampered["path"] in deployed["message"]
+    assert condition(model_object(api, namespace), "Ready")["status"] == "True"
+    infer(endpoints(api, namespace, NAME)[0], NAME, {"x": images})  # still served by the old pod
+
+
+def _publish_tampered_copy(api, registry, namespace, digest, tmp_path) -> dict:
+    """Publish the serving engine again under the cache key of the spec patched in step 4, then
+    flip a byte of one of its files in the registry: what the init container will fetch."""
+    model = model_object(api, namespace)
+    spec = copy.deepcopy(model["spec"])
+    spec["compile"]["precisions"] = ["FP32", "INT8"]
+    spec["compile"]["accuracy"]["maxAbsError"] = 0.049
+    patched = {**model, "spec": spec}
+    nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
+    (target,) = select_targets(normalised_spec(patched)["hardware"], discover(nodes), nodes)
+    settings = Settings(registry_uri=registry.uri)
+    key_spec = build_compile_job(patched, normalised_spec(patched), target, settings)["spec"]
+    files = tmp_path / "engine"
+    manifest = registry.fetch(digest, files)
+    manifest = manifest.model_copy(
+        update={"key": manifest.key.model_copy(update={"options_hash": key_spec["optionsHash"]})}
+    )
+    new_digest = registry.publish(manifest, files)
+    artifact = manifest.artifacts[0]
+    stored = Path(registry.engine_uri(new_digest).removeprefix("file://")) / "files" / artifact.path
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    return {"digest": new_digest, "path": artifact.path}
