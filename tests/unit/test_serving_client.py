@@ -20,7 +20,9 @@ from tensorkiln.serving import client
 def pod(name: str, ip: str | None, ready: bool, deleting: bool = False) -> V1Pod:
     return V1Pod(
         metadata=V1ObjectMeta(name=name, deletion_timestamp=datetime.now(UTC) if deleting else None),
-        spec=V1PodSpec(containers=[V1Container(name="triton", ports=[V1ContainerPort(container_port=8001, name="grpc")])]),
+        spec=V1PodSpec(
+            containers=[V1Container(name="triton", ports=[V1ContainerPort(container_port=8001, name="grpc")])]
+        ),
         status=V1PodStatus(pod_ip=ip, conditions=[V1PodCondition(type="Ready", status=str(ready))]),
     )
 
