@@ -5,7 +5,7 @@ import asyncio
 import os
 import sys
 
-from tensorkiln.localcluster import paths, processes
+from tensorkiln.localcluster import paths, processes, prometheus
 
 PIDFILE = paths.OPERATOR_STATE / "operator.pid"
 LOGFILE = paths.OPERATOR_STATE / "operator.log"
@@ -33,6 +33,7 @@ def start() -> int:
         "KUBECONFIG": str(paths.KUBECONFIG),
         # The local cluster's Triton has only the Python backend (builders.tritonconfig).
         "TENSORKILN_SERVING_RUNTIME": "python-backend",
+        "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
         "PYTHONUNBUFFERED": "1",
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ class Settings:
     # native: the NGC Triton image's backends; python-backend: the local cluster's Triton
     # (nvidia-pytriton wheel), which has only the Python backend (see builders.tritonconfig).
     serving_runtime: str = "native"
+    # Prometheus scraping the Triton pods; without it the SLO scaler holds replicas and says why.
+    prometheus_url: str | None = None
     # How often every InferenceModel is re-reconciled, so new node pools are picked up.
     resync_seconds: float = 10.0
 
@@ -28,5 +30,6 @@ class Settings:
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
+            prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
         )

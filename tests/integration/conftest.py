@@ -9,7 +9,9 @@ import uuid
 import pytest
 from kubernetes import client
 from tensorkiln import kube, operator_runner
-from tensorkiln.localcluster import paths
+from tensorkiln.localcluster import paths, prometheus
+
+from .helpers import namespace_exists, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -35,6 +37,7 @@ class Operator:
             **os.environ,
             "TENSORKILN_REGISTRY_URI": self.registry_uri,
             "TENSORKILN_SERVING_RUNTIME": "python-backend",
+            "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
@@ -80,3 +83,5 @@ def namespace(api):
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+    # Wait until it is gone: its pods hold simulated GPUs (8 L4s in all) the next test needs.
+    wait_for(lambda: not namespace_exists(core, name), timeout=180, what=f"namespace {name} to be deleted")

@@ -3,6 +3,7 @@
 import time
 
 import pytest
+from kubernetes import client
 
 
 def wait_for(predicate, timeout=90, interval=1.0, what="condition"):
@@ -15,3 +16,13 @@ def wait_for(predicate, timeout=90, interval=1.0, what="condition"):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def namespace_exists(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespace(namespace)
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True

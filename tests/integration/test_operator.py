@@ -13,7 +13,7 @@ from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.hardware.classes import GPU_PRODUCT
 from tensorkiln.localcluster import paths, pools
 
-from .helpers import wait_for
+from .helpers import namespace_exists, wait_for
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -194,12 +194,4 @@ def test_a_namespace_with_compile_pods_on_simulated_nodes_is_deleted(api, operat
     create_model(api, name)
     wait_for(lambda: scheduled_pods(api, name), what="compile pods")
     core.delete_namespace(name)
-
-    def gone():
-        try:
-            core.read_namespace(name)
-        except client.ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(gone, timeout=120, what=f"namespace {name} to be deleted")
+    wait_for(lambda: not namespace_exists(core, name), timeout=120, what=f"namespace {name} to be deleted")

@@ -101,6 +101,8 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
 ):
     model = copy.deepcopy(SAMPLE)
     model["metadata"] = {"name": NAME, "namespace": namespace}
+    # One replica: local-0 has 2 CPUs, and a scaled-out Triton would leave no room for the upgrade's compile pod.
+    model["spec"]["slo"] |= {"minReplicas": 1, "maxReplicas": 1}
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
     wait_for(lambda: rolled_out(api, namespace), timeout=600, interval=3, what="compile, rollout and readiness")
     assert model_object(api, namespace)["status"]["phase"] == "Ready"

@@ -115,3 +115,17 @@ def test_deployment_never_drops_capacity_and_rolls_only_on_engine_or_config(tmp_
     upgraded = serving.build_deployment(model, spec, target, "cd" * 32, config_map, 1, settings)
     assert upgraded["spec"]["template"] != one["spec"]["template"]
     assert serving.build_pdb(model, target, 1) is None
+
+
+def test_hpa_mode_golden_and_the_deployment_leaves_replicas_to_it(tmp_path, golden):
+    model = sample_model()
+    model["spec"]["slo"] |= {"mode": "HPA", "minReplicas": 2, "scaleDownStabilizationSeconds": 120}
+    spec = normalised_spec(model)
+    target = CLASSES["nvidia-l4"]
+    hpa = serving.build_hpa(model, spec, target)
+    golden("hpa-l4", hpa)
+    assert hpa["spec"]["metrics"][0]["external"]["target"]["value"] == "25"
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"), NATIVE)
+    deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, None, Settings())
+    assert "replicas" not in deployment["spec"]
+    assert serving.build_hpa(sample_model(), normalised_spec(sample_model()), target) is None  # Operator mode

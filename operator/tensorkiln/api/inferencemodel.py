@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -418,6 +419,33 @@ class InferenceModelSpec(SpecModel):
     rollout: Rollout = Field(default_factory=Rollout, description="How a new engine replaces the served one.")
 
 
+class TargetSLOStatus(KubeModel):
+    """What the SLO scaler last saw and decided for one hardware target."""
+
+    observed_milliseconds: float | None = Field(
+        None, description="Latency at spec.slo.percentile: the worst pod's Triton summary quantile, in milliseconds."
+    )
+    latency_source: str | None = Field(
+        None,
+        max_length=32,
+        description=(
+            "Where the latency came from: summary-<percentile> (Triton's per-pod quantile, worst pod), mean"
+            " (from counters, when summaries are off), or idle (no requests)."
+        ),
+    )
+    queue_milliseconds: float | None = Field(None, description="Time requests waited in Triton's queue, milliseconds.")
+    request_rate: float | None = Field(None, description="Requests per second the target served.")
+    desired_replicas: int | None = Field(None, ge=0, description="Replicas the scaler wants for this target.")
+    last_decision: str | None = Field(
+        None, max_length=64, description="Reason of the last decision: ScaledUp, ScaledDown, SLOMet, NoMetrics, ..."
+    )
+    last_decision_message: str | None = Field(None, max_length=1024, description="Why, with the figures.")
+    last_decision_time: datetime | None = Field(None, description="When the last decision was taken (RFC 3339).")
+    last_scale_time: datetime | None = Field(
+        None, description="When replicas last changed for the SLO (RFC 3339); the cooldown counts from it."
+    )
+
+
 class TargetStatus(KubeModel):
     """Compile and serving state of one hardware class."""
 
@@ -434,6 +462,7 @@ class TargetStatus(KubeModel):
     engine: EngineRef | None = Field(None, description="Engine being served on the class.")
     replicas: int = Field(0, ge=0, description="Serving replicas of the class.")
     ready_replicas: int = Field(0, ge=0, description="Serving replicas that are ready.")
+    slo: TargetSLOStatus | None = Field(None, description="The SLO scaler's view of this target, when spec.slo is set.")
 
 
 class InferenceModelStatus(KubeModel):
@@ -454,6 +483,9 @@ class InferenceModelStatus(KubeModel):
     target_summary: str | None = Field(
         None, description='Human summary of targets for kubectl, such as "2/3 compiled".'
     )
+    slo_summary: str | None = Field(
+        None, description='Worst target\'s latency against the SLO for kubectl, such as "p95 12.3/50 ms".'
+    )
 
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
@@ -473,7 +505,7 @@ INFERENCE_MODEL = CustomResource(
         PrinterColumn("Targets", "string", ".status.targetSummary", "Hardware classes compiled."),
         PrinterColumn("Ready", "string", f"{_READY}.status", "Ready condition status."),
         PrinterColumn("Reason", "string", f"{_READY}.reason", "Ready condition reason.", priority=1),
-        PrinterColumn("SLO", "number", ".spec.slo.targetMilliseconds", "Latency target in milliseconds.", priority=1),
+        PrinterColumn("Latency", "string", ".status.sloSummary", "Observed latency against the SLO target."),
         AGE_COLUMN,
     ),
 )

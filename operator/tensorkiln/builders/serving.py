@@ -67,7 +67,7 @@ def build_deployment(
     target: HardwareClass,
     engine_digest: str,
     config_map: dict,
-    replicas: int,
+    replicas: int | None,
     settings: Settings,
 ) -> dict:
     """Triton for one target. The engine digest and config digest annotate the pod template, so a
@@ -140,12 +140,13 @@ def build_deployment(
     }
     if target.node_affinity():
         pod_spec["affinity"] = {"nodeAffinity": target.node_affinity()}
+    deployment_spec = {} if replicas is None else {"replicas": replicas}  # None: an HPA owns replicas
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(model, name, pod_labels),
         "spec": {
-            "replicas": replicas,
+            **deployment_spec,
             "selector": {"matchLabels": pod_labels},
             "strategy": {
                 "type": "RollingUpdate",
@@ -200,4 +201,40 @@ def build_pdb(model: dict, target: HardwareClass, replicas: int) -> dict | None:
         "kind": "PodDisruptionBudget",
         "metadata": _meta(model, target_name(model["metadata"]["name"], target), selector(model, target)),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(model, target)}},
+    }
+
+
+# The External metric prometheus-adapter serves for HPA mode (see README: SLO scaling modes).
+LATENCY_METRIC = "tensorkiln_triton_latency_milliseconds"
+
+
+def build_hpa(model: dict, spec: dict, target: HardwareClass) -> dict | None:
+    """spec.slo.mode HPA: an autoscaling/v2 HPA on the target's latency, for clusters with prometheus-adapter."""
+    slo = spec.get("slo")
+    if not slo or slo["mode"] != "HPA":
+        return None
+    name = target_name(model["metadata"]["name"], target)
+    metric_labels = {"model": model["metadata"]["name"], "hardware_class": target.name, "percentile": slo["percentile"]}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(model, name, selector(model, target)),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": max(slo["minReplicas"], 1),
+            "maxReplicas": max(slo["maxReplicas"], slo["minReplicas"], 1),
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {"name": LATENCY_METRIC, "selector": {"matchLabels": metric_labels}},
+                        "target": {"type": "Value", "value": f"{slo['targetMilliseconds']:g}"},
+                    },
+                }
+            ],
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": slo["scaleUpStabilizationSeconds"]},
+                "scaleDown": {"stabilizationWindowSeconds": slo["scaleDownStabilizationSeconds"]},
+            },
+        },
     }

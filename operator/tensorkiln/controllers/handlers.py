@@ -17,13 +17,16 @@ from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.controllers import compilejob, inferencemodel
+from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.registry import Registry, open_registry
+from tensorkiln.scaling import metrics
 from tensorkiln.settings import Settings
 
 SETTINGS = Settings.from_env()
 _state: ClusterState | None = None
 _registry: Registry | None = None
+_scaler: Scaler | None = None
 
 IM = (GROUP, VERSION, "inferencemodels")
 CJ = (GROUP, VERSION, "compilejobs")
@@ -44,6 +47,13 @@ def registry() -> Registry:
     if _registry is None:
         _registry = open_registry(SETTINGS.registry_uri)
     return _registry
+
+
+def scaler() -> Scaler:
+    global _scaler
+    if _scaler is None:
+        _scaler = Scaler(metrics.connect(SETTINGS.prometheus_url) if SETTINGS.prometheus_url else None)
+    return _scaler
 
 
 @kopf.on.startup()
@@ -115,7 +125,16 @@ def _plain(body) -> dict:
 
 
 def _inference_model(body) -> None:
-    inferencemodel.reconcile(state(), _plain(body), SETTINGS, registry())
+    model = _plain(body)
+    old = {t["hardwareClass"]: t.get("slo", {}) for t in model.get("status", {}).get("targets", [])}
+    new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
+    for target in new.get("targets", []):
+        slo, before = target.get("slo", {}), old.get(target["hardwareClass"], {})
+        scaled = slo.get("lastScaleTime") and slo["lastScaleTime"] != before.get("lastScaleTime")
+        maxed = slo.get("lastDecision") == "MaxReplicasReached" and before.get("lastDecision") != "MaxReplicasReached"
+        if scaled or maxed:
+            message = f"{target['hardwareClass']}: {slo['lastDecisionMessage']}"
+            kopf.event(model, type="Warning" if maxed else "Normal", reason=slo["lastDecision"], message=message)
 
 
 @kopf.on.resume(*IM)

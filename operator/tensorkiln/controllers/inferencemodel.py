@@ -10,6 +10,7 @@ from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.controllers.diff import contains
+from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
@@ -17,7 +18,7 @@ from tensorkiln.registry import Registry, RegistryError
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import inference_model_status
-from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
+from tensorkiln.status.serving import desired_engine, desired_replicas, observe, with_problem
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +55,20 @@ def _roll_out(
     spec: dict,
     target: HardwareClass,
     engine: str,
-    rollout: Rollout | None,
+    replicas: int,
     settings: Settings,
 ) -> dict:
-    """Config, Deployment, Service and PDB of one target; returns the Deployment as observed."""
+    """Config, Deployment, Service, PDB (and HPA in HPA mode) of one target; returns the Deployment as observed."""
     namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
     manifest = state.manifest(registry, engine)
     config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
     _apply_if_changed(state, config_map, state.get("v1", "ConfigMap", namespace, name))
-    replicas = desired_replicas(spec, rollout)
-    deployment = serving.build_deployment(model, spec, target, engine, config_map, replicas, settings)
+    hpa = serving.build_hpa(model, spec, target)
+    # In HPA mode the HorizontalPodAutoscaler owns replicas, so the Deployment leaves them out.
+    deployment = serving.build_deployment(model, spec, target, engine, config_map, None if hpa else replicas, settings)
     observed = _apply_if_changed(state, deployment, state.get("apps/v1", "Deployment", namespace, name))
+    if hpa is not None:
+        _apply_if_changed(state, hpa, state.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name))
     _apply_if_changed(state, serving.build_target_service(model, target), state.get("v1", "Service", namespace, name))
     pdb = serving.build_pdb(model, target, replicas)
     if pdb is not None:
@@ -74,7 +78,12 @@ def _roll_out(
     return observed
 
 
-def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Registry) -> dict:
+def _previous_slo(model: dict, target: HardwareClass) -> dict:
+    entries = model.get("status", {}).get("targets", [])
+    return next((e.get("slo", {}) for e in entries if e.get("hardwareClass") == target.name), {})
+
+
+def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Registry, scaler: Scaler) -> dict:
     """Converge one InferenceModel; returns the status it wrote (or found already right)."""
     now = datetime.now(UTC)
     meta = model["metadata"]
@@ -88,7 +97,8 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     existing = {
         cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])
     }
-    compile_jobs, rollouts, engines = {}, {}, {}
+    compile_jobs, rollouts, engines, slo_outcomes = {}, {}, {}, {}
+    scaled = spec.get("slo") is not None and spec["slo"]["mode"] == "Operator"
     for target in targets:
         if not target.nodes:
             continue  # nothing could run it; the status says which pool matched no node
@@ -97,9 +107,14 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         deployment_name = serving.target_name(meta["name"], target)
         rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
         engine = desired_engine(compile_jobs[target.name], rollout)
+        replicas = desired_replicas(spec, rollout)
+        if scaled and rollout is not None and rollout.serving:
+            outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target))
+            slo_outcomes[target.name] = outcome
+            replicas = outcome.replicas
         if engine is not None:
             try:
-                rollout = observe(_roll_out(state, registry, model, spec, target, engine, rollout, settings))
+                rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings))
             except RegistryError as error:
                 log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
             else:

@@ -3,7 +3,7 @@
 kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 and the kwok controller as local processes and writes their certificates and kubeconfig.
 On top of that this module applies the simulated node pools and the CRDs and starts the
-local node agent for the real node local-0.
+local node agent for the real node local-0, then Prometheus (localcluster/prometheus.py).
 """
 
 import hashlib
@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from tensorkiln import kube
-from tensorkiln.localcluster import binaries, paths, pools, processes
+from tensorkiln.localcluster import binaries, paths, pools, processes, prometheus
 from tensorkiln.operator_runner import PIDFILE as OPERATOR_PIDFILE
 
 LOCAL_NODE = "local-0"
@@ -179,13 +179,15 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
         _apply_crds(dynamic)
         _apply_pools(dynamic, pool_file)
         _start_agent(client.CoreV1Api(api))
+    prometheus.start()
     print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln cluster env)"')
 
 
 def down() -> None:
-    """Stop the operator, the local node agent and the control plane, and delete the cluster."""
+    """Stop the operator, the local node agent, Prometheus and the control plane; delete the cluster."""
     processes.stop(OPERATOR_PIDFILE)
     processes.stop(AGENT_PIDFILE)
+    prometheus.stop()
     if _cluster_exists():
         _kwokctl("delete", "cluster")
     print(f"cluster {paths.CLUSTER_NAME} deleted")
@@ -196,7 +198,11 @@ def status() -> int:
     ready = _api_ready()
     print(f"cluster:      {paths.CLUSTER_NAME} ({'ready' if ready else 'not running'})")
     print(f"kubeconfig:   {paths.KUBECONFIG}")
-    for name, pidfile in (("local node", AGENT_PIDFILE), ("operator", OPERATOR_PIDFILE)):
+    for name, pidfile in (
+        ("local node", AGENT_PIDFILE),
+        ("operator", OPERATOR_PIDFILE),
+        ("prometheus", prometheus.PIDFILE),
+    ):
         pid = processes.pid_of(pidfile)
         print(f"{name + ':':<13} {'running, pid ' + str(pid) if pid else 'not running'}")
     if not ready:
@@ -217,7 +223,10 @@ def status() -> int:
 
 def env() -> str:
     """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln cluster env)"`)."""
-    return f"export KUBECONFIG={paths.KUBECONFIG}\nexport PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
+    return (
+        f"export KUBECONFIG={paths.KUBECONFIG}\nexport PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
+        f"export TENSORKILN_PROMETHEUS_URL={prometheus.url()}\n"
+    )
 
 
 def build(names: list[str]) -> None:

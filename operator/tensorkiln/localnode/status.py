@@ -146,12 +146,17 @@ def pod_conditions(
         status = "True" if ok else "False"
         before = previous.get(kind, {})
         since = before["lastTransitionTime"] if before.get("status") == status else now
-        condition = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
-        if reason:
-            condition["reason"] = reason
-        if message:
-            condition["message"] = message
-        conditions.append(condition)
+        # None, not absent: the status is a strategic-merge patch, where null removes a stale reason.
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "lastProbeTime": None,
+                "lastTransitionTime": since,
+                "reason": reason or None,
+                "message": message or None,
+            }
+        )
     return conditions
 
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.serving import Rollout
+from tensorkiln.status.slo import slo_conditions
 
 
 def _target_entry(
@@ -78,6 +79,7 @@ def inference_model_status(
     products_seen: list[str],
     engine_uri: Callable[[str], str],
     now: datetime,
+    slo_outcomes: dict | None = None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served."""
@@ -108,12 +110,22 @@ def inference_model_status(
         else:
             phase = "Compiling"
     compiled_count = sum(1 for e in with_nodes if e.get("compilePhase") == "Succeeded")
-    return {
+    status = {
         "observedGeneration": generation,
         "phase": phase,
         "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled",
         "targets": entries,
-        "conditions": merge_conditions(
-            model.get("status", {}).get("conditions"), [ready, compiled, deployed], generation, now
-        ),
     }
+    desired = [ready, compiled, deployed]
+    slo = model.get("spec", {}).get("slo")
+    if slo:
+        for entry in entries:
+            outcome = (slo_outcomes or {}).get(entry["hardwareClass"])
+            if outcome is not None and outcome.slo_status:
+                entry["slo"] = outcome.slo_status
+        slo_conds, summary = slo_conditions(slo, slo_outcomes or {})
+        desired += slo_conds
+        if summary:
+            status["sloSummary"] = summary
+    status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)
+    return status

@@ -1,0 +1,657 @@
+"""Benchmark: Triton's dynamic batching, and the selected engine vs the raw ONNX, on this machine.
+
+One real tritonserver (the nvidia-pytriton wheel, python backend, as the local node runs it) on a
+loopback address serves three models of the rapidocr cls classifier, each with one instance and
+one intra-op thread:
+
+    selected-batching  the engine tensorkiln-compile selects, behind Triton's dynamic batcher
+    selected-nobatch   the same engine, no dynamic batcher (max_batch_size 32, so shapes match)
+    baseline           the unmodified ONNX on onnxruntime, no dynamic batcher
+
+The selected engine comes from the real compile pipeline (every candidate built, checked and
+benchmarked with small run counts) published to a filesystem registry in a temporary directory;
+the engines are laid out as the Triton pod's init container lays them out, configs are rendered by
+tensorkiln.builders.tritonconfig. For every concurrency, each model in turn gets closed-loop
+clients (threads sending batch-1 [1,3,48,192] requests of rendered text with tritonclient.grpc,
+one client per thread): a warm-up, then a fixed measured window. Client-side latency percentiles,
+throughput, and the mean batch size from Triton's nv_inference_count / nv_inference_exec_count.
+The clients share the machine's CPUs with the server: on a 2-core machine they are part of the
+measurement. Writes e2e/results/serving.md and serving.png. No cluster needed.
+
+Usage: .venv/bin/python e2e/bench_serving.py [--duration 8] [--warmup 2] [--concurrency 1 8 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import tritonclient.grpc as grpcclient
+from google.protobuf import text_format
+from tensorkiln.api import CompileJobSpec
+from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, config_dict, parse, render
+from tensorkiln.localcluster.ocr_models import CLS, write_dataset
+from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.serving import enginefetch
+from tensorkiln_compiler import pipeline
+from tensorkiln_compiler.benchmark import BenchmarkPlan
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "e2e" / "results"
+BIN = Path(sys.executable).parent
+INPUT = "x"
+MAX_BATCH = 32
+PREFERRED, QUEUE_DELAY_US = [8, 16], 2000  # the InferenceModel API's dynamicBatching defaults
+MODELS = ("selected-batching", "selected-nobatch", "baseline")
+COLOURS = {"selected-batching": "tab:blue", "selected-nobatch": "tab:orange", "baseline": "tab:grey"}
+TRITON_ARGS = [
+    "--model-repository={repository}", "--model-control-mode=none", "--strict-readiness=true", "--allow-metrics=true",
+    "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--log-verbose=0",
+]  # fmt: skip
+REQUEST_TIMEOUT_S = 30.0  # one request; a stuck server ends the point instead of hanging it
+MAX_REQUESTS_PER_POINT = 100_000  # with the time window: every point stops by itself
+MAX_ERRORS_PER_CLIENT = 5
+SAMPLES = 64  # distinct rendered text lines; request i sends line i % SAMPLES
+
+log = logging.getLogger("bench_serving")
+
+
+# --- engines -------------------------------------------------------------------------------------
+
+
+def compile_selected(work: Path, registry_uri: str, plan: BenchmarkPlan) -> tuple[str, EngineManifest]:
+    """The real compile pipeline for cls, batches up to 32; returns the published engine's digest and manifest."""
+    dataset = write_dataset(CLS, work / "cls-calibration.npz", 32)
+    spec = CompileJobSpec.model_validate({
+        "modelName": "ocr-cls",
+        "source": {"uri": f"file://{CLS.path}"},
+        "hardware": {"className": "cpu-bench", "kind": "CPU", "nodeSelector": {}},
+        "compilers": ["OnnxRuntime", "OpenVINO"],
+        "precisions": ["FP32", "BF16", "INT8"],
+        "shapes": CLS.shapes(batch_max=MAX_BATCH),
+        "calibration": {"datasetUri": f"file://{dataset}", "samples": 32},
+        "accuracy": {"minTop1Agreement": 1.0},
+        "objective": {"metric": "LatencyP95", "batchSize": CLS.batch_size},
+        "registry": {"uri": registry_uri},
+        "optionsHash": "bench-serving-cls",
+    })  # fmt: skip
+    outcome = pipeline.run(spec, work / "compile", pipeline.Options(benchmark=plan))
+    return outcome.payload["engine"]["digest"], outcome.manifest
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What the benchmark lets one vary in the served configs (the same for all three models)."""
+
+    preferred: tuple[int, ...] = tuple(PREFERRED)
+    queue_delay_us: int = QUEUE_DELAY_US
+    instances: int = 1
+
+    def spec(self, batching: bool) -> dict:
+        """An InferenceModel's spec.serving, with the batcher on or off."""
+        return {
+            "maxBatchSize": MAX_BATCH,
+            "instancesPerGPU": 1,
+            "dynamicBatching": {
+                "enabled": batching,
+                "preferredBatchSizes": list(self.preferred),
+                "maxQueueDelayMicroseconds": self.queue_delay_us,
+                "queuePolicy": {"timeoutAction": "REJECT", "timeoutMicroseconds": 0, "maxQueueSize": 0},
+            },
+        }
+
+
+def write_config(path: Path, name: str, manifest: EngineManifest, serving: Serving, batching: bool, engine: str) -> str:
+    config = config_dict(name, manifest, serving.spec(batching), PYTHON_BACKEND, cpu_threads=1)
+    config["parameters"]["engine"] = {"stringValue": engine}  # the runner refuses any other engine
+    config["instanceGroup"][0]["count"] = serving.instances  # tritonconfig gives CPU classes 1 per pod
+    text = render(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text
+
+
+def lay_out_repository(
+    root: Path, registry_uri: str, digest: str, manifest: EngineManifest, serving: Serving
+) -> dict[str, str]:
+    """The three models under root/models; returns each config.pbtxt."""
+    repository, configs = root / "models", {}
+    for name, batching in (("selected-batching", True), ("selected-nobatch", False)):
+        config = root / "etc" / name / "config.pbtxt"
+        configs[name] = write_config(config, name, manifest, serving, batching, digest)
+        enginefetch.lay_out(registry_uri, digest, name, config, repository, python_backend=True)
+
+    # The raw ONNX as Triton would get it from a user: onnxruntime, default options, no batcher. Its
+    # engine.json is the compile's baseline candidate (graphOptimizationLevel "default").
+    raw = f"raw-onnx-{manifest.key.model_digest[:16]}"
+    baseline = manifest.model_copy(
+        update={
+            "compiler": "OnnxRuntime",
+            "precision": "FP32",
+            "selection": manifest.selection.model_copy(update={"winner": "baseline"}),
+        }
+    )
+    version = repository / "baseline" / enginefetch.VERSION
+    version.mkdir(parents=True)
+    config = repository / "baseline" / "config.pbtxt"
+    configs["baseline"] = write_config(config, "baseline", baseline, serving, False, raw)
+    shutil.copyfile(CLS.path, version / "model.onnx")
+    shutil.copyfile(enginefetch.RUNNER, version / "model.py")
+    engine = enginefetch.engine_json(raw, baseline)
+    (version / enginefetch.ENGINE_JSON).write_text(json.dumps(engine, indent=2) + "\n")
+    return configs
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+
+def free_loopback_ip() -> str:
+    """A 127.0.0.x below the local node's pod range (from .10) where Triton's three ports are free."""
+    for host in range(2, 10):
+        ip = f"127.0.0.{host}"
+        try:
+            for port in (8000, 8001, 8002):
+                with socket.socket() as probe:
+                    probe.bind((ip, port))
+        except OSError:
+            continue
+        return ip
+    raise SystemExit("no free loopback address in 127.0.0.2-9 for Triton's ports 8000-8002")
+
+
+class Server:
+    """tritonserver as the local node's image rule launches it, on its own loopback address."""
+
+    def __init__(self, root: Path):
+        self.ip = free_loopback_ip()
+        args = [arg.format(repository=root / "models") for arg in TRITON_ARGS]
+        launch = tritonserver_launch(
+            Launch(["tritonserver"], args, {"POD_IP": self.ip, "PATH": f"{BIN}:{os.environ['PATH']}"}),
+            local_tritonserver(root / "agent-tmp"),
+        )
+        self.log_path = root / "tritonserver.log"
+        with open(self.log_path, "wb") as out:
+            self.process = subprocess.Popen(launch.command + launch.args, env=launch.env, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.ip}:8001"
+
+    def wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"tritonserver exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.ip}:8000/v2/health/ready", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def counters(self, model: str) -> dict[str, float]:
+        """This model's nv_inference_* series, once they settle (Triton counts a request after its response)."""
+        pattern = re.compile(rf'^(nv_inference_\w+)\{{model="{re.escape(model)}",version="1"\}} (\S+)$', re.M)
+        previous = None
+        for _ in range(50):
+            with urllib.request.urlopen(f"http://{self.ip}:8002/metrics", timeout=5) as reply:
+                current = {name: float(value) for name, value in pattern.findall(reply.read().decode())}
+            if current == previous:
+                return current
+            previous = current
+            time.sleep(0.1)
+        raise RuntimeError(f"Triton's counters for {model} kept changing with no requests in flight")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server and its python-backend stubs (its process group)."""
+        total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[2]) == self.process.pid:  # pgrp: start_new_session made the server its leader
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)  # the server and its python-backend stubs
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+# --- load --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Point:
+    """One (model, concurrency) window, or several pooled: sums, so that rounds add up."""
+
+    model: str
+    concurrency: int
+    seconds: float  # measured wall time
+    latencies_ms: np.ndarray  # client side, one per answered request
+    errors: int
+    triton: dict[str, float]  # deltas of this model's nv_inference_* counters over the window
+    server_cpu_s: float  # CPU seconds of the server and its stubs
+    client_cpu_s: float  # CPU seconds of this process (the clients)
+    load: float  # 1-minute load average after the (last) window
+
+    def __add__(self, other: Point) -> Point:
+        names = self.triton.keys() | other.triton.keys()
+        return Point(
+            model=self.model,
+            concurrency=self.concurrency,
+            seconds=self.seconds + other.seconds,
+            latencies_ms=np.concatenate([self.latencies_ms, other.latencies_ms]),
+            errors=self.errors + other.errors,
+            triton={n: self.triton.get(n, 0.0) + other.triton.get(n, 0.0) for n in names},
+            server_cpu_s=self.server_cpu_s + other.server_cpu_s,
+            client_cpu_s=self.client_cpu_s + other.client_cpu_s,
+            load=other.load,
+        )
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds
+
+    def p(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if len(self.latencies_ms) else math.nan
+
+    def _per(self, name: str, per: str) -> float:
+        return self.triton.get(name, 0.0) / (self.triton.get(per, 0.0) or math.nan)
+
+    @property
+    def mean_batch(self) -> float:
+        return self._per("nv_inference_count", "nv_inference_exec_count")
+
+    @property
+    def queue_ms(self) -> float:
+        """Triton's mean queue time per request."""
+        return self._per("nv_inference_queue_duration_us", "nv_inference_request_success") / 1000
+
+    @property
+    def compute_ms(self) -> float:
+        """Triton's mean compute time per request (a batch's time counts for every request in it)."""
+        return self._per("nv_inference_compute_infer_duration_us", "nv_inference_request_success") / 1000
+
+    @property
+    def server_cpu(self) -> float:
+        return self.server_cpu_s / self.seconds  # cores busy
+
+    @property
+    def client_cpu(self) -> float:
+        return self.client_cpu_s / self.seconds
+
+
+def drive(address: str, model: str, concurrency: int, seconds: float, samples: np.ndarray):
+    """`concurrency` closed-loop clients for `seconds`: (latencies in ms, errors, wall seconds until all stopped)."""
+    per_client = math.ceil(MAX_REQUESTS_PER_POINT / concurrency)
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    errors = [0] * concurrency
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    def client(k: int) -> None:
+        with grpcclient.InferenceServerClient(address) as triton:
+            tensor = grpcclient.InferInput(INPUT, [1, *samples.shape[1:]], "FP32")
+            i = k
+            while time.perf_counter() < deadline and len(latencies[k]) < per_client:
+                tensor.set_data_from_numpy(samples[i % len(samples)][None])
+                sent = time.perf_counter()
+                try:
+                    triton.infer(model, [tensor], client_timeout=REQUEST_TIMEOUT_S)
+                except Exception as error:  # counted and reported; a client that keeps failing stops
+                    errors[k] += 1
+                    log.warning("%s c=%d client %d: %s", model, concurrency, k, error)
+                    if errors[k] >= MAX_ERRORS_PER_CLIENT:
+                        return
+                    continue
+                latencies[k].append((time.perf_counter() - sent) * 1000)
+                i += concurrency
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + REQUEST_TIMEOUT_S + 10)
+    return np.array([v for values in latencies for v in values]), sum(errors), time.perf_counter() - start
+
+
+def measure(server: Server, model: str, concurrency: int, args, samples: np.ndarray) -> Point:
+    drive(server.grpc, model, concurrency, args.warmup, samples)
+    before, cpu_before, client_before = server.counters(model), server.cpu_seconds(), time.process_time()
+    latencies, errors, seconds = drive(server.grpc, model, concurrency, args.duration, samples)
+    after, cpu_after, client_after = server.counters(model), server.cpu_seconds(), time.process_time()
+
+    point = Point(
+        model=model,
+        concurrency=concurrency,
+        seconds=seconds,
+        latencies_ms=latencies,
+        errors=errors,
+        triton={name: after[name] - before.get(name, 0.0) for name in after},
+        server_cpu_s=cpu_after - cpu_before,
+        client_cpu_s=client_after - client_before,
+        load=os.getloadavg()[0],
+    )
+    print(
+        f"  {model:18} c={concurrency:<3} {point.throughput:7.1f} req/s  p50 {point.p(50):7.2f}  p95 {point.p(95):7.2f}"
+        f"  p99 {point.p(99):7.2f} ms  batch {point.mean_batch:5.2f}  errors {errors}",
+        flush=True,
+    )
+    return point
+
+
+def check_outputs(server: Server, samples: np.ndarray) -> dict[str, str]:
+    """Each model answers batch-1 requests like the original ONNX on onnxruntime (top-1, and the max abs error)."""
+    reference = ort.InferenceSession(str(CLS.path), providers=["CPUExecutionProvider"]).run(None, {INPUT: samples})[0]
+    checks = {}
+    with grpcclient.InferenceServerClient(server.grpc) as triton:
+        for model in MODELS:
+            outputs = []
+            for row in samples[:16]:
+                tensor = grpcclient.InferInput(INPUT, [1, *row.shape], "FP32")
+                tensor.set_data_from_numpy(row[None])
+                result = triton.infer(model, [tensor], client_timeout=REQUEST_TIMEOUT_S)
+                outputs.append(result.as_numpy(result.get_response().outputs[0].name))
+            output = np.concatenate(outputs)
+            agree = float(np.mean(output.argmax(1) == reference[:16].argmax(1)))
+            error = float(np.abs(output - reference[:16]).max())
+            if agree < 1.0:
+                raise SystemExit(f"{model} disagrees with the original ONNX on {1 - agree:.0%} of 16 lines")
+            checks[model] = f"top-1 agreement {agree:.0%}, max abs error {error:.2g}"
+    return checks
+
+
+# --- report ------------------------------------------------------------------------------------------
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b and not math.isnan(b) else "n/a"
+
+
+def table(points: list[Point]) -> list[str]:
+    rows = [
+        "| model | concurrency | requests | errors | throughput (req/s) | p50 ms | p95 ms | p99 ms "
+        "| mean batch | Triton queue ms | Triton compute ms | server CPU | client CPU | load 1m |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in sorted(points, key=lambda p: (MODELS.index(p.model), p.concurrency)):
+        rows.append(
+            f"| {p.model} | {p.concurrency} | {p.requests} | {p.errors} | {p.throughput:.1f} | {p.p(50):.2f} "
+            f"| {p.p(95):.2f} | {p.p(99):.2f} | {p.mean_batch:.2f} | {p.queue_ms:.2f} | {p.compute_ms:.2f} "
+            f"| {p.server_cpu:.2f} | {p.client_cpu:.2f} | {p.load:.2f} |"
+        )
+    return rows
+
+
+def headline(by: dict[tuple[str, int], Point], hi: int, lo: int) -> tuple[float, float, float]:
+    """Batching vs no batching and selected vs baseline throughput at `hi`; batched p95 at `hi` over at `lo`."""
+    batched = by["selected-batching", hi]
+    return (
+        batched.throughput / by["selected-nobatch", hi].throughput,
+        batched.throughput / by["baseline", hi].throughput,
+        batched.p(95) / by["selected-batching", lo].p(95),
+    )
+
+
+def little(batched: Point, single: Point, winner) -> list[str]:
+    """What the p95 half of the goal asks of throughput, by Little's law (arithmetic on the measured figures)."""
+    needed = batched.concurrency / (2 * single.p(95) / 1000)  # mean <= p95 <= 2 x single-request p95
+    lines = [
+        f"- What the p95 half asks (Little's law, arithmetic on the figures above): in a closed loop the mean latency is "
+        f"clients / throughput, and p95 >= mean, so p95 at c={batched.concurrency} within 2x of {single.p(95):.1f} ms "
+        f"needs at least {needed:.0f} req/s, {needed / batched.throughput:.1f}x what selected-batching served at "
+        f"c={batched.concurrency} ({batched.throughput:.0f} req/s)."
+    ]
+    bench = max(winner.benchmarks, key=lambda b: b.batch_size, default=None)
+    if bench is not None:
+        per_sample = bench.p50_ms / bench.batch_size
+        lines[0] += (
+            f" The compile measured the engine alone at {per_sample:.2f} ms per sample at batch {bench.batch_size} "
+            f"(p50, {bench.threads} threads; served here with 1), i.e. about {1000 / per_sample:.0f} samples/s of "
+            "engine time for one instance before any server overhead. Inside Triton at "
+            f"c={batched.concurrency}, compute per batch / mean batch = {batched.compute_ms / batched.mean_batch:.2f} ms "
+            "per sample; the gap is the python-backend path's per-request work plus contention for the CPUs (a rough "
+            "comparison: the compile's figure was taken with 2 threads, at another moment)."
+        )
+    return lines
+
+
+def plot(series: dict[str, list[tuple[int, float, float]]], concurrencies: list[int], title: str, path: Path) -> None:
+    """Throughput and p95 against concurrency; `series`: model -> [(concurrency, req/s, p95 ms)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5), constrained_layout=True)
+    for model, rows in series.items():
+        xs, throughputs, p95s = zip(*sorted(rows))
+        left.plot(xs, throughputs, "o-", color=COLOURS[model], label=model)
+        right.plot(xs, p95s, "o-", color=COLOURS[model], label=model)
+    left.set(title="Throughput", xlabel="concurrent clients (batch-1 requests, closed loop)",
+             ylabel="throughput (requests/s)")  # fmt: skip
+    right.set(title="p95 latency (client side)", xlabel="concurrent clients (batch-1 requests, closed loop)",
+              ylabel="p95 latency (ms, log scale)", yscale="log")  # fmt: skip
+    left.set_ylim(bottom=0)
+    right.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+    right.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    right.yaxis.set_minor_formatter(ticker.NullFormatter())
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(concurrencies, [str(c) for c in concurrencies])
+        axis.xaxis.set_minor_locator(ticker.NullLocator())
+        axis.set_xlim(min(concurrencies) / 1.3, max(concurrencies) * 1.3)
+        axis.grid(True, alpha=0.3)
+        axis.legend()
+    figure.suptitle(title)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per point and round")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds before each window (not measured)")
+    parser.add_argument("--rounds", type=int, default=2, help="measured windows per point, in separate sweeps")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--compile-runs", type=int, default=10, help="timed runs per candidate in the compile")
+    parser.add_argument("--preferred", type=int, nargs="+", default=PREFERRED, help="preferred_batch_size")
+    parser.add_argument("--queue-delay-us", type=int, default=QUEUE_DELAY_US, help="max_queue_delay_microseconds")
+    parser.add_argument("--instances", type=int, default=1, help="instance_group count, every model")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where serving.md and serving.png go")
+    args = parser.parse_args()
+    serving = Serving(tuple(args.preferred), args.queue_delay_us, args.instances)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    concurrencies = sorted(set(args.concurrency))
+    started, load_before = datetime.now(UTC), os.getloadavg()
+    samples = CLS.samples(SAMPLES, seed=3)
+
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        root = Path(tmp)
+        registry_uri = f"file://{root}/registry"
+        print("compiling cls (every candidate, small run counts) ...", flush=True)
+        t0 = time.perf_counter()
+        plan = BenchmarkPlan(warmup=2, runs=args.compile_runs, time_cap_s=10)
+        digest, manifest = compile_selected(root, registry_uri, plan)
+        compile_s = time.perf_counter() - t0
+        winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
+        print(f"selected {winner.id} ({manifest.selection.reason}) in {compile_s:.0f} s", flush=True)
+        configs = lay_out_repository(root, registry_uri, digest, manifest, serving)
+
+        server = Server(root)
+        try:
+            server.wait_ready()
+            checks = check_outputs(server, samples)
+            rounds: list[dict[tuple[str, int], Point]] = []
+            for r in range(args.rounds):  # models and rounds interleaved, so background load lands on all alike
+                print(f"round {r + 1} of {args.rounds}", flush=True)
+                rounds.append({})
+                for concurrency in concurrencies:
+                    for model in MODELS:
+                        rounds[-1][model, concurrency] = measure(server, model, concurrency, args, samples)
+        finally:
+            server.stop()
+    load_after = os.getloadavg()
+
+    by = {key: sum((r[key] for r in rounds[1:]), rounds[0][key]) for key in rounds[0]}  # rounds pooled
+    points = list(by.values())
+    hi, lo = max(concurrencies), min(concurrencies)
+    batched, nobatch, baseline = (by[(m, hi)] for m in MODELS)
+    speedup, vs_baseline, p95_growth = headline(by, hi, lo)
+    met = speedup >= 3 and p95_growth <= 2
+    per_round = [headline(r, hi, lo) for r in rounds]
+
+    def spread(i: int) -> str:
+        return f" (per round: {', '.join(f'{h[i]:.2f}x' for h in per_round)})" if len(rounds) > 1 else ""
+
+    cpu = manifest.fingerprint.get("cpu", {})
+    machine = f"{cpu_name()}, {os.cpu_count()} CPUs"
+    versions = ", ".join(f"{k} {v}" for k, v in manifest.runtime_versions.items())
+    settings = {k: v for k, v in winner.settings.items() if k != "quantization"}
+
+    args.output.mkdir(parents=True, exist_ok=True)
+    series = {m: [(p.concurrency, p.throughput, p.p(95)) for p in points if p.model == m] for m in MODELS}
+    title = (
+        f"Triton 2.51 (python backend), rapidocr cls, batch-1 requests: {machine}\n{args.rounds} x {args.duration:g} s "
+        f"measured per point; 1-minute load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
+    )
+    plot(series, concurrencies, title, args.output / "serving.png")
+    ratios = [
+        f"- Dynamic batching vs no batching, throughput at c={hi}: **{speedup:.2f}x**{spread(0)} "
+        f"({batched.throughput:.0f} vs {nobatch.throughput:.0f} req/s; mean batch {batched.mean_batch:.1f} vs "
+        f"{nobatch.mean_batch:.1f}).",
+        f"- Selected engine (batching) vs baseline (raw ONNX, no batching), throughput at c={hi}: "
+        f"**{vs_baseline:.2f}x**{spread(1)}; the engine alone, both without batching: "
+        f"{ratio(nobatch.throughput, baseline.throughput)}.",
+        f"- selected-batching p95 at c={hi} vs at c={lo}: **{p95_growth:.2f}x**{spread(2)} "
+        f"({batched.p(95):.1f} ms vs {by[('selected-batching', lo)].p(95):.1f} ms).",
+        f"- Project goal (>= 3x throughput from dynamic batching at c={hi}, p95 within 2x of the single-request p95): "
+        f"**{'met' if met else 'not met'}** on this run ({speedup:.2f}x, p95 {p95_growth:.2f}x, rounds pooled).",
+        *little(batched, by[("selected-batching", lo)], winner),
+        f"- At c={lo} the batched model's requests wait {by[('selected-batching', lo)].queue_ms:.1f} ms on average in "
+        f"Triton's queue (the batcher holds a lone request up to max_queue_delay_microseconds {serving.queue_delay_us} "
+        f"for a preferred batch that does not come), against {by[('selected-nobatch', lo)].queue_ms:.2f} ms without "
+        "the batcher: that wait is in the single-request p95 the goal compares against.",
+    ]
+    lines = [
+        "# Serving benchmark: dynamic batching on real Triton, on this CPU",
+        "",
+        f"`e2e/bench_serving.py`, {started:%Y-%m-%d %H:%M} UTC. Machine: {machine} "
+        f"({platform.machine()}; ISA {', '.join(cpu.get('isa', [])) or 'unknown'}). "
+        f"1/5/15-minute load average before: {' / '.join(f'{v:.2f}' for v in load_before)}, after: "
+        f"{' / '.join(f'{v:.2f}' for v in load_after)}. Other processes may have been running: the load column "
+        "gives the 1-minute load average after each point; the benchmark itself accounts for about 1 of it (the "
+        "server's execution thread and the clients).",
+        "",
+        "Setup: one real `tritonserver` 2.51 (nvidia-pytriton wheel; only the python backend, so every model is the "
+        "project's python-backend runner executing the engine in-process, as on the local node) on a 127.0.0.x address. "
+        f"Model: rapidocr's `{CLS.path.name}`, batch-1 requests of shape [1,3,{CLS.height},{CLS.width}], "
+        f"{SAMPLES} rendered text lines in rotation. Each model: {serving.instances} instance(s) (KIND_CPU), "
+        "`intra_op_threads` 1, "
+        f"`max_batch_size` {MAX_BATCH}; configs rendered by `tensorkiln.builders.tritonconfig` (python-backend runtime).",
+        "",
+        f"- `selected-batching`: the engine the compile selected, `{winner.id}` ({winner.compiler}, {winner.precision}; "
+        f"settings {settings}; {manifest.selection.reason}), with `dynamic_batching {{ preferred_batch_size: "
+        f"{list(serving.preferred)} max_queue_delay_microseconds: {serving.queue_delay_us} }}`"
+        + (" (the InferenceModel API's defaults)." if serving == Serving() else "."),
+        "- `selected-nobatch`: the same engine, no `dynamic_batching`.",
+        "- `baseline`: the unmodified ONNX on onnxruntime with default options, no `dynamic_batching`: the raw file "
+        "served as is. (What config Triton's native onnxruntime backend would auto-complete for a raw file was not "
+        "checked: this wheel has no such backend.)",
+        "",
+        (
+            "Serving config: the InferenceModel API's defaults, unchanged, because that is what the operator renders "
+            "for every model; they were not tuned to the goal."
+            if serving == Serving()
+            else f"Serving config: changed from the API defaults on the command line ({serving})."
+        )
+        + " `--preferred`, `--queue-delay-us` and `--instances` vary it, for all three models alike.",
+        "",
+        f"Compile: `tensorkiln_compiler.pipeline` with every OnnxRuntime/OpenVINO FP32/BF16/INT8 candidate, objective "
+        f"LatencyP95 at batch {CLS.batch_size}, warm-up {plan.warmup}, {plan.runs} timed runs each ({compile_s:.0f} s), "
+        f"published to a filesystem registry in a temporary directory. {versions}.",
+        "Answers checked before timing (16 lines, batch 1, vs the original ONNX on onnxruntime): "
+        + "; ".join(f"{m}: {c}" for m, c in checks.items())
+        + ".",
+        "",
+        f"Load: {args.rounds} round(s); in each, for each concurrency, the three models in turn, each point "
+        f"{args.warmup:g} s warm-up then {args.duration:g} s measured ({args.rounds * args.duration:g} s measured per "
+        "point in all; the table pools the rounds): N threads, each with its own `tritonclient.grpc` client, "
+        "sending batch-1 requests in a closed loop (the next request when the last answer arrives). Latencies are "
+        "client-side (send to answer); throughput = answered requests / wall time until the last client stopped. "
+        "Mean batch = delta `nv_inference_count` / delta `nv_inference_exec_count`; queue and compute are Triton's "
+        "per-request means from `nv_inference_queue_duration_us` / `nv_inference_compute_infer_duration_us`. "
+        "Server and client CPU are cores busy during the window (tritonserver and its stubs; this Python process). "
+        f"The clients run on the same {os.cpu_count()} CPUs as the server, so at high concurrency they compete with it.",
+        "",
+        *table(points),
+        "",
+        "## Ratios",
+        "",
+        *ratios,
+        "",
+        "## Configs served",
+        "",
+        "```",
+        *(
+            f"{name}/config.pbtxt: {text_format.MessageToString(parse(configs[name]), as_one_line=True)}"
+            for name in MODELS
+        ),
+        "```",
+    ]
+    text = "\n".join(lines) + "\n"
+    (args.output / "serving.md").write_text(text)
+    print()
+    print("\n".join(table(points)))
+    print()
+    print("\n".join(ratios))
+    print(f"\nwrote {args.output / 'serving.md'} and {args.output / 'serving.png'}")
+
+
+if __name__ == "__main__":
+    main()

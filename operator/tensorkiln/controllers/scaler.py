@@ -1,0 +1,102 @@
+"""The SLO scaler: per target, read Triton's metrics from Prometheus, decide, and report.
+
+Holds each target's recent observations in memory (a restart only makes the next scale-down
+wait one stabilisation window longer); the time of the last scale action lives in status, so a
+restarted operator keeps its cooldown and repeats no action.
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.scaling.decision import Decision, Policy, Sample, decide
+from tensorkiln.scaling.metrics import MetricsUnavailable, observe
+from tensorkiln.status.conditions import timestamp
+from tensorkiln.status.serving import Rollout
+
+HISTORY_SECONDS = 900
+IDLE_RATE = 0.05  # requests/s below which a target counts as idle
+
+
+@dataclass(frozen=True)
+class Outcome:
+    replicas: int
+    slo_status: dict  # TargetSLOStatus
+    metrics: tuple[bool, str, str]  # SLOMetricsAvailable: status, reason, message
+    decision: Decision | None
+
+
+def policy_of(spec: dict) -> Policy:
+    slo = spec["slo"]
+    return Policy(
+        target_ms=slo["targetMilliseconds"],
+        percentile=slo["percentile"],
+        min_replicas=max(slo["minReplicas"], 1),
+        max_replicas=slo["maxReplicas"],
+        scale_up_stabilization_s=slo["scaleUpStabilizationSeconds"],
+        scale_down_stabilization_s=slo["scaleDownStabilizationSeconds"],
+    )
+
+
+def _parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+class Scaler:
+    def __init__(self, prometheus):
+        self.prometheus = prometheus  # a PrometheusConnect, or None when no URL is configured
+        self._history: dict[tuple[str, str, str], list[Sample]] = {}
+        self._lock = threading.Lock()
+
+    def _record(self, key: tuple[str, str, str], sample: Sample) -> list[Sample]:
+        with self._lock:
+            samples = [s for s in self._history.get(key, []) if s.at > sample.at - HISTORY_SECONDS]
+            if not samples or sample.at - samples[-1].at >= 1:
+                samples.append(sample)
+            self._history[key] = samples
+            return list(samples)
+
+    def evaluate(self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict) -> Outcome:
+        """Desired replicas for a serving target under spec.slo; `previous` is its last slo status."""
+        meta = model["metadata"]
+        hold = rollout.replicas
+        if target.simulated:
+            return Outcome(hold, previous, (False, "SimulatedPool", "no Triton runs on kwok-simulated nodes"), None)
+        if self.prometheus is None:
+            return Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
+        policy = policy_of(spec)
+        try:
+            obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, policy.percentile)
+        except MetricsUnavailable as error:
+            return Outcome(hold, previous, (False, "PrometheusUnavailable", f"{error}; holding replicas"), None)
+        if obs is None:
+            return Outcome(hold, previous, (False, "NoData", "no Triton metrics yet; holding replicas"), None)
+        now = time.time()
+        key = (meta["namespace"], meta["name"], target.name)
+        # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
+        idle = obs.request_rate < IDLE_RATE or obs.latency_ms is None
+        latency = 0.0 if idle else obs.latency_ms
+        samples = self._record(key, Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate))
+        last_scale = _parse_time(previous.get("lastScaleTime"))
+        decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
+        status = {
+            "observedMilliseconds": round(latency, 3),
+            "latencySource": "idle" if idle else obs.latency_source,
+            "requestRate": round(obs.request_rate, 3),
+            "desiredReplicas": decision.replicas,
+            "lastDecision": decision.reason,
+            "lastDecisionMessage": decision.message[:1024],
+            "lastDecisionTime": timestamp(datetime.now(UTC)),
+        }
+        if obs.queue_ms is not None:
+            status["queueMilliseconds"] = round(obs.queue_ms, 3)
+        changed = decision.replicas != rollout.replicas
+        if changed or previous.get("lastScaleTime"):
+            status["lastScaleTime"] = timestamp(datetime.now(UTC)) if changed else previous["lastScaleTime"]
+        return Outcome(
+            decision.replicas, status, (True, "MetricsFlowing", f"latency from {obs.latency_source}"), decision
+        )

@@ -1,0 +1,31 @@
+"""SLOMet / SLOMetricsAvailable conditions and the kubectl latency column (pure)."""
+
+from tensorkiln.status.conditions import condition
+
+
+def slo_conditions(slo: dict, outcomes: dict) -> tuple[list[dict], str | None]:
+    """(conditions, summary) from each target's scaler outcome (controllers.scaler.Outcome), by class."""
+    if not outcomes:
+        waiting = condition("SLOMetricsAvailable", False, "NotServing", "no target serves yet")
+        return [waiting, condition("SLOMet", None, "NotServing", "no target serves yet")], None
+    missing = [(name, o) for name, o in sorted(outcomes.items()) if not o.metrics[0]]
+    if missing:
+        name, outcome = missing[0]
+        available = condition("SLOMetricsAvailable", False, outcome.metrics[1], f"{name}: {outcome.metrics[2]}")
+    else:
+        available = condition("SLOMetricsAvailable", True, "MetricsFlowing", f"metrics for {len(outcomes)} targets")
+    decided = {name: o.decision for name, o in outcomes.items() if o.decision is not None}
+    violated = [(name, d) for name, d in sorted(decided.items()) if d.slo_met is False]
+    if violated:
+        name, decision = next(((n, d) for n, d in violated if d.reason == "MaxReplicasReached"), violated[0])
+        reason = "MaxReplicasReached" if decision.reason == "MaxReplicasReached" else "LatencyOverTarget"
+        met = condition("SLOMet", False, reason, f"{name}: {decision.message}")
+    elif decided:
+        met = condition("SLOMet", True, "WithinTarget", f"{slo['percentile']} within {slo['targetMilliseconds']:g} ms")
+    else:
+        met = condition("SLOMet", None, available["reason"], available["message"])
+    observed = [
+        o.slo_status["observedMilliseconds"] for o in outcomes.values() if "observedMilliseconds" in o.slo_status
+    ]
+    summary = f"{slo['percentile']} {max(observed):.1f}/{slo['targetMilliseconds']:g} ms" if observed else None
+    return [available, met], summary

@@ -1,0 +1,92 @@
+"""The scaler's wiring: metrics in, decision and status out; missing metrics hold replicas."""
+
+from datetime import UTC
+from types import SimpleNamespace
+
+import pytest
+from tensorkiln.controllers import scaler as scaler_module
+from tensorkiln.controllers.scaler import Scaler
+from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.scaling.metrics import MetricsUnavailable
+from tensorkiln.status.serving import Rollout
+from tensorkiln.status.slo import slo_conditions
+
+MODEL = {"metadata": {"name": "m", "namespace": "d"}}
+SPEC = {
+    "slo": {
+        "percentile": "p95",
+        "targetMilliseconds": 50,
+        "minReplicas": 1,
+        "maxReplicas": 6,
+        "scaleUpStabilizationSeconds": 0,
+        "scaleDownStabilizationSeconds": 300,
+        "mode": "Operator",
+    }
+}
+CPU = HardwareClass(name="cpu", kind="CPU", product="cpu", node_selector={}, nodes=("local-0",))
+SIMULATED = HardwareClass(name="l4", kind="GPU", product="L4", node_selector={}, nodes=("n",), simulated=True)
+
+
+def observation(latency_ms, rate=100.0):
+    return SimpleNamespace(latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.5, request_rate=rate)
+
+
+@pytest.fixture
+def metrics(monkeypatch):
+    answers = []
+
+    def observe(prometheus, namespace, model, hardware_class, percentile):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(scaler_module, "observe", observe)
+    return answers
+
+
+def test_over_target_scales_up_and_records_the_decision(metrics):
+    metrics.append(observation(150))
+    outcome = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 1, 1, True), {})
+    assert outcome.replicas == 2  # 3x over target, but at most 2x in one step
+    assert outcome.slo_status["lastDecision"] == "ScaledUp"
+    assert outcome.slo_status["observedMilliseconds"] == 150 and "lastScaleTime" in outcome.slo_status
+    conditions, summary = slo_conditions(SPEC["slo"], {"cpu": outcome})
+    assert {c["type"]: c["status"] for c in conditions} == {"SLOMetricsAvailable": "True", "SLOMet": "False"}
+    assert summary == "p95 150.0/50 ms"
+
+
+def test_prometheus_down_or_no_data_holds_replicas_and_says_why(metrics):
+    metrics.extend([MetricsUnavailable("connection refused"), None])
+    held = Scaler(object()).evaluate(
+        MODEL, SPEC, CPU, Rollout("d", 3, 3, True), {"lastScaleTime": "2026-01-01T00:00:00Z"}
+    )
+    assert (held.replicas, held.metrics[:2]) == (3, (False, "PrometheusUnavailable"))
+    assert held.slo_status == {"lastScaleTime": "2026-01-01T00:00:00Z"}  # the previous status stands
+    empty = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 3, 3, True), {})
+    assert (empty.replicas, empty.metrics[1]) == (3, "NoData")
+    conditions, _ = slo_conditions(SPEC["slo"], {"cpu": empty})
+    assert conditions[0]["reason"] == "NoData" and conditions[1]["status"] == "Unknown"
+
+
+def test_simulated_pools_are_never_scaled_on_metrics_that_cannot_exist(metrics):
+    outcome = Scaler(object()).evaluate(MODEL, SPEC, SIMULATED, Rollout("d", 2, 2, True), {})
+    assert (outcome.replicas, outcome.metrics[1]) == (2, "SimulatedPool")
+
+
+def test_a_restarted_operator_keeps_the_cooldown_from_status(metrics):
+    from datetime import datetime
+
+    from tensorkiln.status.conditions import timestamp
+
+    metrics.append(observation(150))
+    just_now = {"lastScaleTime": timestamp(datetime.now(UTC))}
+    outcome = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 2, 2, True), just_now)
+    assert outcome.replicas == 2 and outcome.slo_status["lastDecision"] == "WaitingForReplicas"
+
+
+def test_an_idle_target_counts_as_zero_latency_not_as_its_stale_summary(metrics):
+    metrics.append(observation(900, rate=0.0))
+    outcome = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 2, 2, True), {})
+    assert outcome.replicas == 2 and outcome.slo_status["latencySource"] == "idle"
+    assert outcome.decision.slo_met is True

@@ -1,0 +1,84 @@
+"""The SLO decision against a simple queueing model of Triton replicas (M/M/1-like per replica)."""
+
+from tensorkiln.scaling.decision import Policy, Sample, decide
+
+POLICY = Policy(target_ms=50, percentile="p95", min_replicas=1, max_replicas=10, scale_down_stabilization_s=60)
+SERVICE_MS, CAPACITY = 10.0, 80.0  # per replica: 10 ms alone, saturates at 80 req/s
+
+
+def latency(load: float, replicas: int) -> float:
+    utilisation = min(load / (replicas * CAPACITY), 0.99)
+    return SERVICE_MS / (1 - utilisation) * 3  # p95 of an exponential is ~3x its mean
+
+
+def simulate(loads: list[float], replicas: int = 1, step_s: float = 5, policy: Policy = POLICY):
+    """Decide every step_s seconds; new replicas are ready at the next step."""
+    samples, history, last_scale = [], [], None
+    for i, load in enumerate(loads):
+        now = i * step_s
+        samples.append(Sample(now, latency(load, replicas), replicas, rate=load))
+        decision = decide(samples[-50:], replicas, replicas, policy, last_scale, now)
+        if decision.replicas != replicas:
+            last_scale = now
+        history.append((now, replicas, samples[-1].latency_ms, decision))
+        replicas = decision.replicas
+    return history
+
+
+def direction_changes(history) -> int:
+    moves = [d.replicas - r for _, r, _, d in history if d.replicas != r]
+    return sum(1 for a, b in zip(moves, moves[1:]) if (a > 0) != (b > 0))
+
+
+def test_missing_metrics_hold_replicas():
+    decision = decide([], 3, 3, POLICY, None, 100)
+    assert (decision.replicas, decision.reason, decision.slo_met) == (3, "NoMetrics", None)
+    stale = [Sample(0, 500, 3)]
+    assert decide(stale, 3, 3, POLICY, None, 100).reason == "NoMetrics"
+
+
+def test_scale_up_is_sized_by_how_far_over_target():
+    decision = decide([Sample(100, 75, 2)], 2, 2, POLICY, None, 100)
+    assert (decision.replicas, decision.reason) == (3, "ScaledUp")
+    capped = decide([Sample(100, 5000, 2)], 2, 2, POLICY, None, 100)
+    assert capped.replicas == 4  # at most 2x in one step: a saturated latency overstates the need
+
+
+def test_waits_for_new_replicas_before_acting_again():
+    assert decide([Sample(100, 200, 4)], 4, 2, POLICY, None, 100).reason == "WaitingForReplicas"
+    assert decide([Sample(100, 200, 4)], 4, 4, POLICY, 95, 100).reason == "WaitingForReplicas"
+
+
+def test_max_replicas_reached_is_reported():
+    decision = decide([Sample(100, 400, 6)], 6, 6, POLICY, None, 100)
+    assert (decision.replicas, decision.reason, decision.slo_met) == (10, "MaxReplicasReached", False)
+    at_max = decide([Sample(100, 400, 10)], 10, 10, POLICY, None, 100)
+    assert (at_max.replicas, at_max.reason) == (10, "MaxReplicasReached")
+
+
+def test_scale_up_stabilization_window():
+    policy = Policy(50, "p95", 1, 10, scale_up_stabilization_s=30)
+    samples = [Sample(80, 40, 1), Sample(100, 90, 1)]
+    assert decide(samples, 1, 1, policy, None, 100).reason == "StabilizingUp"
+    assert decide([Sample(60, 90, 1), Sample(100, 90, 1)], 1, 1, policy, None, 100).reason == "ScaledUp"
+
+
+def test_scale_down_only_after_the_window_one_replica_at_a_time():
+    quiet = [Sample(t, 12, 4, rate=10) for t in range(0, 130, 5)]
+    assert decide(quiet[:5], 4, 4, POLICY, None, 20).reason == "SLOMet"  # window not yet observed
+    decision = decide(quiet, 4, 4, POLICY, None, 125)
+    assert (decision.replicas, decision.reason) == (3, "ScaledDown")
+    assert decide(quiet, 4, 4, POLICY, 100, 125).reason == "SLOMet"  # too soon after the last action
+
+
+def test_a_4x_load_step_is_met_within_two_decisions_and_steady_load_does_not_oscillate():
+    low, high = 60.0, 240.0
+    history = simulate([low] * 30 + [high] * 40 + [low] * 60)
+    step = next(i for i, (now, *_rest) in enumerate(history) if now >= 150)
+    restored = next(i for i in range(step, len(history)) if history[i][2] <= POLICY.target_ms)
+    scale_ups = [d for _, r, _, d in history[step:restored] if d.replicas > r]
+    assert len(scale_ups) <= 2, history[step:restored]
+    assert history[restored][0] - history[step][0] <= 30  # seconds, with a 20 s cooldown for metrics to catch up
+    for phase in (history[:30], history[30:70], history[70:]):
+        assert direction_changes(phase) == 0
+    assert history[-1][1] < max(r for _, r, _, _ in history)  # scaled back down after the window
