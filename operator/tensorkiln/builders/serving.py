@@ -8,6 +8,7 @@ from tensorkiln.builders.naming import bounded_name
 from tensorkiln.builders.tritonconfig import config_dict, render
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.scaling.metrics import QUANTILES
 from tensorkiln.settings import Settings
 
 ENGINE_DIGEST = "tensorkiln.dev/engine-digest"
@@ -214,7 +215,12 @@ def build_hpa(model: dict, spec: dict, target: HardwareClass) -> dict | None:
     if not slo or slo["mode"] != "HPA":
         return None
     name = target_name(model["metadata"]["name"], target)
-    metric_labels = {"model": model["metadata"]["name"], "hardware_class": target.name, "percentile": slo["percentile"]}
+    # Labels of Triton's own summary series, as prometheus-adapter passes them through (README).
+    metric_labels = {
+        "model": model["metadata"]["name"],
+        "hardware_class": target.name,
+        "quantile": QUANTILES[slo["percentile"]],
+    }
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
