@@ -195,3 +195,15 @@ def test_a_namespace_with_compile_pods_on_simulated_nodes_is_deleted(api, operat
     wait_for(lambda: scheduled_pods(api, name), what="compile pods")
     core.delete_namespace(name)
     wait_for(lambda: not namespace_exists(core, name), timeout=120, what=f"namespace {name} to be deleted")
+
+
+def test_compile_jobs_get_events_from_handlers_and_resync_alike(api, operator, namespace):
+    create_model(api, namespace)
+    wait_for(lambda: scheduled_pods(api, namespace), what="compile pods")
+
+    def compile_events():
+        events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+        return [e for e in events if e.source.component == "tensorkiln" and e.reason.startswith("Compile")]
+
+    assert wait_for(compile_events, timeout=60, what="CompileRunning events")
+    assert "resync of" not in operator.log()  # the resync thread posts events without kopf's context

@@ -120,6 +120,14 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     with Load(api, namespace, threads=8) as load:
         wait_for(lambda: load.ok >= 200, timeout=120, interval=0.5, what="200 requests")
     assert load.failed == 0, load.errors[:3]
+
+    def slo_reported():
+        model = model_object(api, namespace)
+        flowing = condition(model, "SLOMetricsAvailable").get("status") == "True"
+        return model if flowing and model["status"].get("sloSummary") else None
+
+    reported = wait_for(slo_reported, timeout=60, interval=2, what="the SLO scaler's view from Prometheus")
+    assert reported["status"]["targets"][0]["slo"]["latencySource"] in ("summary-p95", "mean", "idle")
     metrics = urllib.request.urlopen(f"http://{address.split(':')[0]}:8002/metrics", timeout=5).read().decode()
     assert counter(metrics, "nv_inference_exec_count") < counter(metrics, "nv_inference_count")
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
-from tensorkiln.controllers import compilejob, inferencemodel
+from tensorkiln.controllers import compilejob, events, inferencemodel
 from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.registry import Registry, open_registry
@@ -68,7 +68,7 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
-    # Events are posted deliberately (kopf.event), not from every log line.
+    # Events are posted deliberately (controllers.events), not from every log line.
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
 
@@ -134,7 +134,7 @@ def _inference_model(body) -> None:
         maxed = slo.get("lastDecision") == "MaxReplicasReached" and before.get("lastDecision") != "MaxReplicasReached"
         if scaled or maxed:
             message = f"{target['hardwareClass']}: {slo['lastDecisionMessage']}"
-            kopf.event(model, type="Warning" if maxed else "Normal", reason=slo["lastDecision"], message=message)
+            events.post(state().core, model, "Warning" if maxed else "Normal", slo["lastDecision"], message)
 
 
 @kopf.on.resume(*IM)
@@ -151,7 +151,7 @@ def _compile_job(body) -> None:
         message = new.get("message") or next(
             (c["message"] for c in new.get("conditions", []) if c["type"] == "Compiled"), ""
         )
-        kopf.event(dict(body), type="Warning" if failed else "Normal", reason=f"Compile{new['phase']}", message=message)
+        events.post(state().core, dict(body), "Warning" if failed else "Normal", f"Compile{new['phase']}", message)
 
 
 @kopf.on.resume(*CJ)

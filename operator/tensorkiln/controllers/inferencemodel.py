@@ -129,7 +129,9 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
             state, serving.build_model_service(model), state.get("v1", "Service", meta["namespace"], meta["name"])
         )
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
-    status = inference_model_status(model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now)
+    status = inference_model_status(
+        model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes
+    )
     return _write_status(state, model, status)
 
 

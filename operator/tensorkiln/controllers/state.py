@@ -93,10 +93,14 @@ class ClusterState:
         return kube.apply(self.dynamic, obj).to_dict()
 
     def apply_status(self, obj: dict, status: dict) -> None:
+        """Write status; an object deleted since it was read has nothing left to report."""
         body = {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],
             "metadata": {"name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"]},
             "status": status,
         }
-        kube.apply(self.dynamic, body, subresource="status")
+        try:
+            kube.apply(self.dynamic, body, subresource="status")
+        except NotFoundError:
+            pass
