@@ -32,7 +32,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from tensorkiln.api import CompileJobSpec
 from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, config_dict, parse, render
 from tensorkiln.localcluster.ocr_models import CLS, write_dataset
 from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln.localnode.ipam import free_address_below_pods
 from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.serving import enginefetch
 from tensorkiln_compiler import pipeline
@@ -166,17 +166,8 @@ def lay_out_repository(
 
 
 def free_loopback_ip() -> str:
-    """A 127.0.0.x below the local node's pod range (from .10) where Triton's three ports are free."""
-    for host in range(2, 10):
-        ip = f"127.0.0.{host}"
-        try:
-            for port in (8000, 8001, 8002):
-                with socket.socket() as probe:
-                    probe.bind((ip, port))
-        except OSError:
-            continue
-        return ip
-    raise SystemExit("no free loopback address in 127.0.0.2-9 for Triton's ports 8000-8002")
+    """Triton's three ports free on one 127.0.0.x below the local node's pod range."""
+    return free_address_below_pods((8000, 8001, 8002))
 
 
 class Server:

@@ -7,7 +7,6 @@ kubernetes.io/hostname=local-0, as it would any workload. Needs `tensorkiln clus
 
 import ipaddress
 import os
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -15,6 +14,8 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 from tensorkiln.localnode.kube import Kube
+
+from .helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -42,17 +43,6 @@ def ns(kube):
     kube.call("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def wait_for(what, probe, timeout_s=60):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.5)
-
-
 def create(kube, path, body):
     """Create, retrying while a fresh namespace has no default ServiceAccount yet."""
 
@@ -64,7 +54,7 @@ def create(kube, path, body):
                 return None
             raise
 
-    return wait_for(f"creating {body['metadata']['name']}", attempt, timeout_s=30)
+    return wait_for(attempt, timeout=30, interval=0.5, what=f"creating {body['metadata']['name']}")
 
 
 def run_pod(kube, ns, name, *containers, init=(), **spec):
@@ -95,7 +85,7 @@ def wait_phase(kube, ns, name, *phases, timeout_s=60):
         pod = get_pod(kube, ns, name)
         return pod if pod and pod["status"].get("phase") in phases else None
 
-    pod = wait_for(f"pod {ns}/{name} to reach {phases}", reached, timeout_s)
+    pod = wait_for(reached, timeout=timeout_s, interval=0.5, what=f"pod {ns}/{name} to reach {phases}")
     assert pod["spec"]["nodeName"] == NODE
     return pod
 
@@ -148,7 +138,7 @@ def test_http_server_becomes_ready_on_its_pod_ip(kube, ns):
         conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
         return pod if conditions.get("Ready") == "True" else None
 
-    pod = wait_for("pod web to be Ready", ready)
+    pod = wait_for(ready, timeout=60, interval=0.5, what="pod web to be Ready")
     pod_ip = pod["status"]["podIP"]
     assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("127.0.0.0/8")
     assert pod["status"]["podIPs"] == [{"ip": pod_ip}] and pod["status"]["hostIP"] == "127.0.0.1"
@@ -174,7 +164,7 @@ def test_job_completes(kube, ns):
             pytest.fail(f"job failed: {status}")
         return any(c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions", []))
 
-    wait_for("job to complete", complete, timeout_s=90)
+    wait_for(complete, timeout=90, interval=0.5, what="job to complete")
 
 
 def test_job_pod_failure_policy_sees_the_exit_code(kube, ns):
@@ -198,7 +188,7 @@ def test_job_pod_failure_policy_sees_the_exit_code(kube, ns):
         status = kube.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/bad-input").get("status", {})
         return next((c for c in status.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None)
 
-    assert wait_for("job to fail", failed, timeout_s=90)["reason"] == "PodFailurePolicy"
+    assert wait_for(failed, timeout=90, interval=0.5, what="job to fail")["reason"] == "PodFailurePolicy"
 
 
 def test_deleting_a_running_pod_kills_its_process(kube, ns):
@@ -207,7 +197,7 @@ def test_deleting_a_running_pod_kills_its_process(kube, ns):
     pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("local://"))
     assert Path(f"/proc/{pid}").exists()
     kube.call("DELETE", f"/api/v1/namespaces/{ns}/pods/sleeper")
-    wait_for("pod sleeper to disappear", lambda: get_pod(kube, ns, "sleeper") is None, timeout_s=30)
+    wait_for(lambda: get_pod(kube, ns, "sleeper") is None, timeout=30, interval=0.5, what="pod sleeper to disappear")
     assert not Path(f"/proc/{pid}").exists()
 
 

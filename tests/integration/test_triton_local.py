@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 from google.protobuf import text_format
 from tensorkiln.localcluster.ocr_models import CLS
 from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln.localnode.ipam import free_address_below_pods
 from tensorkiln.serving.client import infer
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
@@ -97,17 +97,8 @@ def compile_engine(root: Path, compiler: str) -> str:
 
 
 def free_loopback_ip() -> str:
-    """A 127.0.0.x below the local node's pod range (from .10) where Triton's three ports are free."""
-    for host in range(2, 10):
-        ip = f"127.0.0.{host}"
-        try:
-            for port in (8000, 8001, 8002):
-                with socket.socket() as probe:
-                    probe.bind((ip, port))
-        except OSError:
-            continue
-        return ip
-    pytest.fail("no free loopback address in 127.0.0.2-9 for Triton's ports 8000-8002")
+    """Triton's three ports free on one 127.0.0.x below the local node's pod range."""
+    return free_address_below_pods((8000, 8001, 8002))
 
 
 @pytest.fixture(scope="module")

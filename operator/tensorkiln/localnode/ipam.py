@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -19,6 +20,20 @@ LAST = IPv4Address("127.0.0.250")
 
 class IpExhausted(RuntimeError):
     pass
+
+
+def free_address_below_pods(ports: tuple[int, ...]) -> str:
+    """A 127.0.0.x below the pod range (2-9) where every port is free: for servers started outside pods."""
+    for host in range(2, int(FIRST) - int(IPv4Address("127.0.0.0"))):
+        address = f"127.0.0.{host}"
+        try:
+            for port in ports:
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+        except OSError:
+            continue
+        return address
+    raise IpExhausted(f"no loopback address in 127.0.0.2-{FIRST} has ports {ports} free")
 
 
 class IpAllocator:
