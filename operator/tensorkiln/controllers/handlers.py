@@ -12,6 +12,7 @@ import logging
 
 import kopf
 from kubernetes import client
+from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
@@ -111,12 +112,14 @@ def resync_all() -> None:
         for obj in objects:
             if obj["metadata"].get("deletionTimestamp"):
                 continue
+            ref = f"{plural} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
             try:
                 reconcile_one(obj)
+            except (ForbiddenError, NotFoundError) as error:
+                # Deleted since listed, or its namespace is terminating: nothing left to converge.
+                log.info("resync of %s skipped: %s", ref, error.summary())
             except Exception:  # reported, retried at the next resync
-                log.exception(
-                    "resync of %s %s/%s failed", plural, obj["metadata"]["namespace"], obj["metadata"]["name"]
-                )
+                log.exception("resync of %s failed", ref)
 
 
 def _plain(body) -> dict:
