@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -53,6 +52,7 @@ from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver
 from tensorkiln.localnode.ipam import free_address_below_pods
 from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.serving import enginefetch
+from tensorkiln.serving.client import settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 
@@ -207,17 +207,7 @@ class Server:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def counters(self, model: str) -> dict[str, float]:
-        """This model's nv_inference_* series, once they settle (Triton counts a request after its response)."""
-        pattern = re.compile(rf'^(nv_inference_\w+)\{{model="{re.escape(model)}",version="1"\}} (\S+)$', re.M)
-        previous = None
-        for _ in range(50):
-            with urllib.request.urlopen(f"http://{self.ip}:8002/metrics", timeout=5) as reply:
-                current = {name: float(value) for name, value in pattern.findall(reply.read().decode())}
-            if current == previous:
-                return current
-            previous = current
-            time.sleep(0.1)
-        raise RuntimeError(f"Triton's counters for {model} kept changing with no requests in flight")
+        return settled_counters(self.ip, model)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server and its python-backend stubs (its process group)."""

@@ -9,7 +9,6 @@ this test proves the mapping too. No cluster needed.
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from google.protobuf import text_format
 from tensorkiln.localcluster.ocr_models import CLS
 from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
 from tensorkiln.localnode.ipam import free_address_below_pods
-from tensorkiln.serving.client import infer
+from tensorkiln.serving.client import infer, settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
@@ -155,18 +154,7 @@ def wait_ready(ip: str, process: subprocess.Popen, log_path: Path) -> None:
 
 
 def counters(ip: str, model: str) -> dict[str, float]:
-    """This model's nv_inference_* series from Triton's metrics endpoint (:8002, on the pod IP), once
-    they settle: Triton counts a request after its response is sent, so the last one may lag."""
-    pattern = re.compile(rf'^(nv_inference_\w+)\{{model="{re.escape(model)}",version="1"\}} (\S+)$', re.MULTILINE)
-    previous = None
-    for _ in range(50):
-        with urllib.request.urlopen(f"http://{ip}:8002/metrics", timeout=5) as reply:
-            current = {name: float(value) for name, value in pattern.findall(reply.read().decode())}
-        if current == previous:
-            return current
-        previous = current
-        time.sleep(0.1)
-    pytest.fail(f"Triton's counters for {model} kept changing with no requests in flight")
+    return settled_counters(ip, model)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,9 @@ gevent-based and must not be shared between threads); one client per address is 
 from __future__ import annotations
 
 import functools
+import re
+import time
+import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -66,3 +69,18 @@ def _port(pod: client.V1Pod, target: int | str) -> int:
         return int(target)
     ports = [port for container in pod.spec.containers for port in container.ports or []]
     return next((port.container_port for port in ports if port.name == target), GRPC_PORT)
+
+
+def settled_counters(ip: str, model: str) -> dict[str, float]:
+    """A model's nv_inference_* counters from Triton's metrics endpoint (:8002), once they settle:
+    Triton counts a request after its response is sent, so the last one may lag."""
+    pattern = re.compile(rf'^(nv_inference_\w+)\{{model="{re.escape(model)}",version="1"\}} (\S+)$', re.MULTILINE)
+    previous = None
+    for _ in range(50):
+        with urllib.request.urlopen(f"http://{ip}:8002/metrics", timeout=5) as reply:
+            current = {name: float(value) for name, value in pattern.findall(reply.read().decode())}
+        if current == previous:
+            return current
+        previous = current
+        time.sleep(0.1)
+    raise RuntimeError(f"Triton's counters for {model} kept changing with no requests in flight")
