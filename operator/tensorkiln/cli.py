@@ -33,7 +33,7 @@ def _operator(args) -> int:
     from tensorkiln import operator_runner
 
     if args.action == "run":
-        operator_runner.run(args.namespace)
+        operator_runner.run(args.namespace, args.log_format)
     elif args.action == "start":
         print(f"operator started, pid {operator_runner.start()}; log: {operator_runner.LOGFILE}")
     elif args.action == "stop":
@@ -72,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     operator_actions = operator.add_subparsers(dest="action", required=True)
     run = operator_actions.add_parser("run", help="run in the foreground (the container's command)")
     run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
+    run.add_argument(
+        "--log-format", choices=["json", "full", "plain"], help="default: TENSORKILN_LOG_FORMAT, else json"
+    )
     operator_actions.add_parser("start", help="start detached against the local cluster")
     operator_actions.add_parser("stop", help="stop the detached operator")
     operator.set_defaults(func=_operator)

@@ -11,17 +11,23 @@ PIDFILE = paths.OPERATOR_STATE / "operator.pid"
 LOGFILE = paths.OPERATOR_STATE / "operator.log"
 
 
-def run(namespaces: list[str]) -> None:
+def run(namespaces: list[str], log_format: str | None = None) -> None:
     import kopf
 
     from tensorkiln.controllers import handlers  # registers the handlers
+    from tensorkiln.observability import logs, metrics
 
+    settings = handlers.SETTINGS
+    logs.configure(log_format or settings.log_format)
+    metrics.WatchReconnectCounter.install()
     handlers.WATCHED_NAMESPACES[:] = namespaces
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=True,
+            # Answers once the startup handlers are done: the liveness and the readiness probe.
+            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
         )
     )
 
@@ -35,6 +41,8 @@ def start() -> int:
         "TENSORKILN_SERVING_RUNTIME": "python-backend",
         "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
         "PYTHONUNBUFFERED": "1",
+        # Human-readable lines in operator.log; JSON (the default) in a cluster.
+        "TENSORKILN_LOG_FORMAT": os.environ.get("TENSORKILN_LOG_FORMAT", "full"),
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)
     return processes.start([sys.executable, "-m", "tensorkiln", "operator", "run"], PIDFILE, LOGFILE, env=env)

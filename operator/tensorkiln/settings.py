@@ -22,6 +22,13 @@ class Settings:
     prometheus_url: str | None = None
     # How often every InferenceModel is re-reconciled, so new node pools are picked up.
     resync_seconds: float = 10.0
+    # Port of the operator's Prometheus /metrics (0: not served).
+    metrics_port: int = 9090
+    # Port of kopf's health endpoint /healthz, for liveness and readiness probes (0: not served).
+    health_port: int = 8080
+    # json: one JSON object per line with the object's namespace and name (in-cluster default);
+    # full: kopf's human-readable lines ([namespace/name] prefixed); plain: the message only.
+    log_format: str = "json"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -32,4 +39,7 @@ class Settings:
             serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
+            metrics_port=int(os.environ.get("TENSORKILN_METRICS_PORT", cls.metrics_port)),
+            health_port=int(os.environ.get("TENSORKILN_HEALTH_PORT", cls.health_port)),
+            log_format=os.environ.get("TENSORKILN_LOG_FORMAT", cls.log_format).lower(),
         )

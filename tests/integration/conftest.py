@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -24,12 +25,25 @@ def api():
         yield api_client
 
 
-class Operator:
-    """The operator as its own process, so tests can kill and restart it."""
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
-    def __init__(self, log_path, registry_uri):
+
+class Operator:
+    """The operator as its own process, so tests can kill and restart it.
+
+    `args` go to `tensorkiln operator run` (e.g. --namespace), `env` over the defaults. /metrics
+    and /healthz get free ports, so operators of several test sessions never collide."""
+
+    def __init__(self, log_path, registry_uri, args=(), env=None):
         self.log_path = log_path
         self.registry_uri = registry_uri
+        self.args = list(args)
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.env = {"TENSORKILN_METRICS_PORT": str(self.metrics_port), "TENSORKILN_HEALTH_PORT": str(self.health_port)}
+        self.env |= env or {}
         self.proc = None
 
     def start(self):
@@ -41,10 +55,11 @@ class Operator:
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
+            **self.env,
         }
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorkiln", "operator", "run"],
+            [sys.executable, "-m", "tensorkiln", "operator", "run", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

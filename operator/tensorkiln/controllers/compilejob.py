@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.state import ClusterState
+from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import CacheKey, EngineNotFound, Registry, RegistryError, RegistryUnavailable
 from tensorkiln.settings import Settings
 from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
@@ -73,6 +74,7 @@ def reconcile(state: ClusterState, compile_job: dict, registry: Registry, settin
         if job is None:
             key = cache_key(compile_job, settings)
             hit = registry.lookup(key) if key else None
+            own_metrics.record_registry_lookup(key, hit)
             if hit is not None:
                 digest = hit.digest()
                 status = cache_hit_status(

@@ -8,7 +8,9 @@ would block deletion whenever the operator is down; the resync loop needs none.)
 """
 
 import asyncio
+import functools
 import logging
+import time
 
 import kopf
 from kubernetes import client
@@ -20,6 +22,8 @@ from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.controllers import compilejob, events, inferencemodel
 from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
+from tensorkiln.observability import logs
+from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import Registry, open_registry
 from tensorkiln.scaling import metrics
 from tensorkiln.settings import Settings
@@ -28,6 +32,7 @@ SETTINGS = Settings.from_env()
 _state: ClusterState | None = None
 _registry: Registry | None = None
 _scaler: Scaler | None = None
+_last_resync: float | None = None  # time.monotonic() when the resync loop last finished a pass
 
 IM = (GROUP, VERSION, "inferencemodels")
 CJ = (GROUP, VERSION, "compilejobs")
@@ -75,6 +80,22 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
 
 
 @kopf.on.startup()
+def serve_metrics(memo: kopf.Memo, **_) -> None:
+    if not SETTINGS.metrics_port:
+        return
+    try:
+        memo["metrics_server"] = own_metrics.serve(SETTINGS.metrics_port)
+    except OSError as error:  # fail the start: a retry would not free the port
+        raise kopf.PermanentError(f"cannot serve metrics on port {SETTINGS.metrics_port}: {error}") from error
+
+
+@kopf.on.cleanup()
+def stop_metrics(memo: kopf.Memo, **_) -> None:
+    if memo.get("metrics_server"):
+        memo["metrics_server"].shutdown()
+
+
+@kopf.on.startup()
 async def start_resync(memo: kopf.Memo, **_) -> None:
     memo["resync"] = asyncio.create_task(_resync_forever())
 
@@ -84,10 +105,21 @@ async def stop_resync(memo: kopf.Memo, **_) -> None:
     memo["resync"].cancel()
 
 
+@kopf.on.probe(id="resync")
+def resync_probe(memo: kopf.Memo, **_) -> dict:
+    """In /healthz: fails (HTTP 500) once the resync loop has died, as nothing would converge then."""
+    task = memo.get("resync")
+    if task is None or task.done():
+        raise kopf.PermanentError("the resync loop is not running")
+    return {"lastPassSecondsAgo": None if _last_resync is None else round(time.monotonic() - _last_resync, 1)}
+
+
 async def _resync_forever() -> None:
+    global _last_resync
     while True:
         await asyncio.sleep(SETTINGS.resync_seconds)
         await asyncio.to_thread(resync_all)
+        _last_resync = time.monotonic()
 
 
 def _list(plural: str) -> list[dict]:
@@ -109,17 +141,20 @@ def resync_all() -> None:
         except client.ApiException as error:
             log.warning("resync: cannot list %s: %s", plural, error.reason)
             continue
+        if plural == "inferencemodels":
+            own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)
         for obj in objects:
             if obj["metadata"].get("deletionTimestamp"):
                 continue
             ref = f"{plural} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            try:
-                reconcile_one(obj)
-            except (ForbiddenError, NotFoundError) as error:
-                # Deleted since listed, or its namespace is terminating: nothing left to converge.
-                log.info("resync of %s skipped: %s", ref, error.summary())
-            except Exception:  # reported, retried at the next resync
-                log.exception("resync of %s failed", ref)
+            with logs.about(obj):
+                try:
+                    reconcile_one(obj)
+                except (ForbiddenError, NotFoundError) as error:
+                    # Deleted since listed, or its namespace is terminating: nothing left to converge.
+                    log.info("resync of %s skipped: %s", ref, error.summary())
+                except Exception:  # reported, retried at the next resync
+                    log.exception("resync of %s failed", ref)
 
 
 def _plain(body) -> dict:
@@ -127,10 +162,26 @@ def _plain(body) -> dict:
     return dict(body)
 
 
+def _observed(kind: str):
+    """Every reconcile of `kind`, whichever path calls it: counted and timed, its logs about the object."""
+
+    def decorate(reconcile_one):
+        @functools.wraps(reconcile_one)
+        def run(body) -> None:
+            with logs.about(body), own_metrics.reconciling(kind):
+                reconcile_one(body)
+
+        return run
+
+    return decorate
+
+
+@_observed("InferenceModel")
 def _inference_model(body) -> None:
     model = _plain(body)
     old = {t["hardwareClass"]: t.get("slo", {}) for t in model.get("status", {}).get("targets", [])}
     new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
+    own_metrics.record_targets(model, new)
     for target in new.get("targets", []):
         slo, before = target.get("slo", {}), old.get(target["hardwareClass"], {})
         scaled = slo.get("lastScaleTime") and slo["lastScaleTime"] != before.get("lastScaleTime")
@@ -147,8 +198,10 @@ def inference_model_changed(body, **_) -> None:
     _inference_model(body)
 
 
+@_observed("CompileJob")
 def _compile_job(body) -> None:
     old, new = compilejob.reconcile(state(), _plain(body), registry(), SETTINGS)
+    own_metrics.record_compile_transition(body, old, new)
     if old.get("phase") != new.get("phase"):
         failed = new.get("phase") == "Failed"
         message = new.get("message") or next(

@@ -1,0 +1,89 @@
+"""The handlers' wiring of metrics, log context and the /healthz probe (reconcilers stubbed)."""
+
+import asyncio
+import logging
+
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+from tensorkiln.builders.labels import MODEL
+from tensorkiln.controllers import handlers
+from tensorkiln.observability import logs
+
+BODY = {
+    "apiVersion": "tensorkiln.dev/v1alpha1",
+    "kind": "CompileJob",
+    "metadata": {"name": "wired-cpu", "namespace": "ns-w", "labels": {MODEL: "wired"}},
+    "spec": {"hardware": {"className": "cpu"}},
+    "status": {"phase": "Running"},
+}
+
+
+def value(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """compilejob.reconcile replaced; what it saw of the log context is kept in `seen`."""
+    seen = {}
+    posted = []
+    monkeypatch.setattr(handlers, "state", lambda: type("State", (), {"core": None})())
+    monkeypatch.setattr(handlers, "registry", lambda: None)
+    monkeypatch.setattr(handlers.events, "post", lambda *args: posted.append(args))
+
+    def reconcile(state, compile_job, registry, settings):
+        record = logging.LogRecord("tensorkiln.controllers.compilejob", logging.INFO, __file__, 1, "m", (), None)
+        logs.ObjectReference().filter(record)
+        seen["ref"] = record.k8s_ref
+        if seen.get("fail"):
+            raise RuntimeError("API down")
+        return compile_job["status"], {"phase": "Failed", "message": "bad input"}
+
+    monkeypatch.setattr(handlers.compilejob, "reconcile", reconcile)
+    seen["posted"] = posted
+    return seen
+
+
+def test_a_compile_job_reconcile_is_counted_logged_about_and_its_result_recorded(stubbed):
+    reconciles = value("tensorkiln_reconciles_total", kind="CompileJob")
+    failed = {"namespace": "ns-w", "model": "wired", "hardware_class": "cpu", "result": "Failed"}
+    results = value("tensorkiln_compile_results_total", **failed)
+
+    handlers._compile_job(BODY)
+
+    assert value("tensorkiln_reconciles_total", kind="CompileJob") == reconciles + 1
+    assert value("tensorkiln_compile_results_total", **failed) == results + 1
+    assert (stubbed["ref"]["namespace"], stubbed["ref"]["name"]) == ("ns-w", "wired-cpu")
+    assert stubbed["posted"][0][3] == "CompileFailed"
+
+
+def test_a_failing_reconcile_counts_as_an_error_and_still_raises(stubbed):
+    stubbed["fail"] = True
+    errors = value("tensorkiln_reconcile_errors_total", kind="CompileJob")
+
+    with pytest.raises(RuntimeError):
+        handlers._compile_job(BODY)
+
+    assert value("tensorkiln_reconcile_errors_total", kind="CompileJob") == errors + 1
+
+
+def test_the_probe_fails_once_the_resync_loop_is_gone():
+    with pytest.raises(kopf.PermanentError, match="resync loop is not running"):
+        handlers.resync_probe(memo={})
+
+    async def probe_with(task_body):
+        task = asyncio.create_task(task_body())
+        await asyncio.sleep(0)
+        try:
+            return handlers.resync_probe(memo={"resync": task})
+        finally:
+            task.cancel()
+
+    assert "lastPassSecondsAgo" in asyncio.run(probe_with(lambda: asyncio.sleep(60)))
+
+    async def crashed():
+        raise RuntimeError("urllib3: connection refused")
+
+    with pytest.raises(kopf.PermanentError):
+        asyncio.run(probe_with(crashed))
