@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TK     := $(VENV)/bin/tensorkiln
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint unit integration crds down
+.PHONY: venv demo test lint unit integration crds manifests down
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,15 +29,23 @@ lint: venv
 	$(VENV)/bin/ruff check operator compiler-jobs tests e2e
 	$(VENV)/bin/ruff format --check operator compiler-jobs tests e2e
 
+# The chart tests render with helm: built once from its pinned Go module (cached like the cluster's).
 unit: venv
+	$(TK) cluster build helm
 	$(PY) -m pytest tests/unit -q
 
 integration: venv
 	$(TK) cluster up
 	$(PY) -m pytest tests/integration -q
 
+## crds: crds/ and the chart's charts/tensorkiln/crds/ from the pydantic API types
 crds: venv
 	$(TK) crds
+
+## manifests: manifests/install/ (kustomize) rendered from the chart with default values
+manifests: venv
+	$(TK) cluster build helm
+	$(TK) manifests
 
 down: venv
 	$(TK) cluster down

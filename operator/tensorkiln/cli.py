@@ -24,7 +24,16 @@ def _cluster(args) -> int:
 def _crds(args) -> int:
     from tensorkiln.api.crdgen import write_crds
 
-    for path in write_crds(Path(args.output)):
+    chart = Path(args.chart_output) if args.chart_output else None
+    for path in write_crds(Path(args.output), chart):
+        print(path)
+    return 0
+
+
+def _manifests(args) -> int:
+    from tensorkiln import installmanifests
+
+    for path in installmanifests.write(Path(args.output)):
         print(path)
     return 0
 
@@ -33,6 +42,12 @@ def _operator(args) -> int:
     from tensorkiln import operator_runner
 
     if args.action == "run":
+        if args.all_namespaces and args.namespace:
+            sys.exit("tensorkiln operator run: --all-namespaces and --namespace exclude each other")
+        if args.peering:
+            from tensorkiln import incluster
+
+            incluster.join_peering(args.peering)
         operator_runner.run(args.namespace, args.log_format)
     elif args.action == "start":
         print(f"operator started, pid {operator_runner.start()}; log: {operator_runner.LOGFILE}")
@@ -66,12 +81,26 @@ def parser() -> argparse.ArgumentParser:
 
     crds = commands.add_parser("crds", help="generate crds/*.yaml from the pydantic API types")
     crds.add_argument("--output", default=str(paths.CRDS_DIR))
+    crds.add_argument(
+        "--chart-output",
+        default=str(paths.CHART_DIR / "crds"),
+        help="the chart's copy, with kopf's peering CRDs ('' to skip; default: %(default)s)",
+    )
     crds.set_defaults(func=_crds)
+
+    manifests = commands.add_parser(
+        "manifests",
+        help="render manifests/install/ and manifests/kustomization.yaml from the Helm chart (default values)",
+    )
+    manifests.add_argument("--output", default=str(paths.MANIFESTS_DIR))
+    manifests.set_defaults(func=_manifests)
 
     operator = commands.add_parser("operator", help="run the operator")
     operator_actions = operator.add_subparsers(dest="action", required=True)
     run = operator_actions.add_parser("run", help="run in the foreground (the container's command)")
     run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
+    run.add_argument("--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    run.add_argument("--peering", help="join this kopf peering object (the chart's Deployment; default: standalone)")
     run.add_argument(
         "--log-format", choices=["json", "full", "plain"], help="default: TENSORKILN_LOG_FORMAT, else json"
     )

@@ -11,6 +11,9 @@ GO_BUILD_DIR = LOCALCLUSTER_DIR / "build"
 KWOK_CONFIG = LOCALCLUSTER_DIR / "kwok.yaml"
 DEFAULT_POOLS = LOCALCLUSTER_DIR / "pools.yaml"
 CRDS_DIR = REPO_ROOT / "crds"
+# The Helm chart (its crds/ are generated with crds/) and the plain manifests rendered from it.
+CHART_DIR = REPO_ROOT / "charts" / "tensorkiln"
+MANIFESTS_DIR = REPO_ROOT / "manifests"
 
 # Built binaries live outside the repo so a fresh clone reuses them (keyed by version).
 CACHE_DIR = Path(os.environ.get("TENSORKILN_CACHE", Path.home() / ".cache" / "tensorkiln"))

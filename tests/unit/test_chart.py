@@ -1,0 +1,488 @@
+"""The Helm chart (charts/tensorkiln) and the manifests rendered from it.
+
+Rendered with the helm binary built from the pinned Go module (built on first use, minutes; the
+Makefile's unit step builds it first). RBAC is checked against operator/tensorkiln/rbac.py, the
+table of API calls the operator makes: exactly those grants, no wildcards.
+"""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorkiln import installmanifests, rbac
+from tensorkiln.api.crdgen import render_chart_crds
+from tensorkiln.localcluster import binaries, paths
+from tensorkiln.registry import RegistryError, open_registry
+from tensorkiln.registry.filesystem import FilesystemRegistry
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tensorkiln"
+RELEASE, NAMESPACE = "tk", "tk-system"
+FULLNAME = "tk-tensorkiln"
+CERT_MANAGER = "cert-manager.io/v1"
+SERVICE_MONITOR = "monitoring.coreos.com/v1/ServiceMonitor"
+S3 = {
+    "registry": {
+        "kind": "s3",
+        "s3": {"endpoint": "https://s3.example.test", "bucket": "engines", "prefix": "prod", "existingSecret": "s3c"},
+    }
+}
+RESTRICTED_CONTAINER = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    helm_binary = binaries.BINARIES["helm"]
+    if not binaries.cached_path(helm_binary).exists() and shutil.which("go") is None:
+        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln cluster build helm)")
+    return installmanifests.helm()
+
+
+def render(values=None, *, api_versions=(), chart=CHART, include_crds=False) -> list[dict]:
+    text = installmanifests.template(
+        values,
+        chart=chart,
+        release=RELEASE,
+        namespace=NAMESPACE,
+        api_versions=api_versions,
+        include_crds=include_crds,
+    )
+    return installmanifests.documents(text)
+
+
+def refused(helm, values) -> str:
+    with pytest.raises(subprocess.CalledProcessError) as failure:
+        render(values)
+    return failure.value.stderr
+
+
+def of_kind(docs, kind) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind) -> dict:
+    (found,) = of_kind(docs, kind)
+    return found
+
+
+def operator_container(docs) -> dict:
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env(container) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def effective_permissions(docs) -> set[rbac.Permission]:
+    """What the operator's ServiceAccount may do, through the rendered (Cluster)Roles and their bindings."""
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs if "Role" == d["kind"]}
+    roles |= {(d["kind"], None, d["metadata"]["name"]): d for d in docs if d["kind"] == "ClusterRole"}
+    bound, granted = set(), set()
+    for binding in of_kind(docs, "RoleBinding") + of_kind(docs, "ClusterRoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace")
+        key = (ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])
+        bound.add(key)
+        for rule in roles[key]["rules"]:
+            assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            granted.add(rbac.Permission(namespace, group, resource, verb, name))
+    assert bound == set(roles), f"roles bound to nothing: {set(roles) - bound}"
+    return granted
+
+
+# --- lint and defaults ---------------------------------------------------------------------------
+
+
+def test_helm_lint_passes(helm):
+    result = subprocess.run([str(helm), "lint", str(CHART), "--strict"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_values_yaml_comments_every_value():
+    """Every key in values.yaml has a comment right above it (the standard `resources` block excepted)."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    in_resources = False
+    for i, line in enumerate(lines):
+        if not line.strip() or line.lstrip().startswith(("#", "-")):
+            continue
+        if not line.startswith(" "):
+            in_resources = line.startswith("resources:")
+        elif in_resources:
+            continue
+        assert lines[i - 1].lstrip().startswith("#"), f"values.yaml:{i + 1}: {line.strip()} has no comment above it"
+
+
+def test_default_install_watches_all_namespaces_with_peering(helm):
+    docs = render()
+    container = operator_container(docs)
+    assert container["args"] == ["--all-namespaces", "--peering=tensorkiln"]
+    peering = one(docs, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "tensorkiln"
+    assert not of_kind(docs, "Role") and not of_kind(docs, "KopfPeering")
+    assert {d["kind"] for d in docs} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "Deployment",
+        "ClusterKopfPeering",
+    } | ({"ConfigMap"} if (CHART / "dashboards" / "tensorkiln.json").exists() else set())
+
+
+def test_deployment_is_one_recreated_replica_under_the_restricted_pod_security_standard(helm):
+    deployment = one(render(), "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    (container,) = pod["containers"]
+    assert RESTRICTED_CONTAINER.items() <= container["securityContext"].items()
+    assert all("hostPath" not in v for v in pod["volumes"])
+    assert "@" in container["image"] or not container["image"].endswith(":latest")
+
+
+def test_probes_use_kopfs_health_endpoint_and_ports_are_named(helm):
+    container = operator_container(render())
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert env(container)["TENSORKILN_HEALTH_PORT"] == "8080"
+    assert env(container)["TENSORKILN_METRICS_PORT"] == "9090"
+
+
+@pytest.mark.parametrize("values", [{}, S3, {"webhook": {"enabled": True}, "prometheusUrl": "http://prom:9090"}])
+def test_every_env_var_is_one_the_operator_reads(helm, values):
+    source = "\n".join(p.read_text() for p in (ROOT / "operator" / "tensorkiln").rglob("*.py"))
+    for name in env(operator_container(render(values))):
+        assert f'"{name}"' in source, f"{name} is set by the chart but read nowhere in operator/tensorkiln"
+
+
+def test_settings_come_from_values(helm):
+    values = {
+        "compilerImage": "registry.example.test/compiler:1.2.3",
+        "servingRuntime": "python-backend",
+        "prometheusUrl": "http://prometheus.monitoring.svc:9090",
+        "resyncSeconds": 30,
+        "logFormat": "full",
+    }
+    variables = env(operator_container(render(values)))
+    assert variables["TENSORKILN_COMPILER_IMAGE"] == "registry.example.test/compiler:1.2.3"
+    assert variables["TENSORKILN_SERVING_RUNTIME"] == "python-backend"
+    assert variables["TENSORKILN_PROMETHEUS_URL"] == "http://prometheus.monitoring.svc:9090"
+    assert variables["TENSORKILN_RESYNC_SECONDS"] == "30"
+    assert variables["TENSORKILN_LOG_FORMAT"] == "full"
+    assert "TENSORKILN_PROMETHEUS_URL" not in env(operator_container(render()))
+
+
+def test_image_by_digest(helm):
+    digest = "sha256:" + "ab" * 32
+    container = operator_container(render({"image": {"tag": "0.2.0", "digest": digest}}))
+    assert container["image"] == f"ghcr.io/tensorkiln/operator:0.2.0@{digest}"
+
+
+# --- watched namespaces -------------------------------------------------------------------------
+
+
+def test_watch_namespaces_gives_roles_per_namespace_and_namespace_args(helm):
+    docs = render({"watchNamespaces": ["team-a", "team-b"]})
+    assert operator_container(docs)["args"] == ["--namespace=team-a", "--namespace=team-b", "--peering=tensorkiln"]
+    assert {r["metadata"]["namespace"] for r in of_kind(docs, "Role")} == {"team-a", "team-b"}
+    assert {b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")} == {"team-a", "team-b"}
+    assert {p["metadata"]["namespace"] for p in of_kind(docs, "KopfPeering")} == {"team-a", "team-b"}
+    assert not of_kind(docs, "ClusterKopfPeering")
+    # The ClusterRole keeps only cluster-scoped reads.
+    cluster_resources = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
+    assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
+
+
+# --- RBAC: exactly the table ---------------------------------------------------------------------
+
+RBAC_CASES = {
+    "defaults": ({}, (), {}),
+    "watch-namespaces": ({"watchNamespaces": ["team-a", "team-b"]}, (), {"watch_namespaces": ["team-a", "team-b"]}),
+    "no-peering": ({"peering": {"enabled": False, "name": "tensorkiln"}}, (), {"peering": False}),
+    "s3-release-namespace": (S3, (), {"registry_secret": "s3c"}),
+    "s3-secret-namespaces": (
+        {**S3, "registry": {**S3["registry"], "secretNamespaces": ["team-a", "tk-system"]}},
+        (),
+        {"registry_secret": "s3c", "secret_namespaces": ["team-a", "tk-system"]},
+    ),
+    "webhook-self-signed": (
+        {"webhook": {"enabled": True}, "watchNamespaces": ["team-a"]},
+        (),
+        {
+            "watch_namespaces": ["team-a"],
+            "webhook_secret": f"{FULLNAME}-webhook-tls",
+            "webhook_configuration": f"{FULLNAME}-webhook",
+        },
+    ),
+    "webhook-cert-manager": ({"webhook": {"enabled": True}}, (CERT_MANAGER,), {}),
+}
+
+
+@pytest.mark.parametrize("case", RBAC_CASES, ids=list(RBAC_CASES))
+def test_rbac_grants_exactly_the_api_calls_the_operator_makes(helm, case):
+    values, api_versions, expected_args = RBAC_CASES[case]
+    docs = render(values, api_versions=api_versions)
+    expected = rbac.expected_permissions(release_namespace=NAMESPACE, **{"watch_namespaces": [], **expected_args})
+    granted = effective_permissions(docs)
+    assert sorted(granted - expected, key=str) == [], "granted beyond operator/tensorkiln/rbac.py"
+    assert sorted(expected - granted, key=str) == [], "operator/tensorkiln/rbac.py needs more than granted"
+
+
+@pytest.mark.parametrize("case", RBAC_CASES, ids=list(RBAC_CASES))
+def test_rbac_has_no_wildcards_and_secrets_only_by_name(helm, case):
+    values, api_versions, _ = RBAC_CASES[case]
+    for role in of_kind(render(values, api_versions=api_versions), "Role") + of_kind(
+        render(values, api_versions=api_versions), "ClusterRole"
+    ):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in json.dumps(rule.get(key, [])), f"wildcard in {role['metadata']['name']}: {rule}"
+            if "secrets" in rule["resources"]:
+                assert rule["resources"] == ["secrets"] and rule.get("resourceNames"), rule
+                assert "list" not in rule["verbs"] and "watch" not in rule["verbs"], rule
+
+
+def test_rbac_table_verbs_are_real_verbs():
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    for call in rbac.CALLS:
+        assert set(call.verbs) <= verbs and call.verbs, call
+        assert "*" not in call.resource and "*" not in call.group, call
+
+
+# --- registry ------------------------------------------------------------------------------------
+
+
+def test_filesystem_registry_is_the_claim_mounted_where_the_operator_reads_pvc_uris(helm):
+    docs = render({"registry": {"kind": "filesystem", "filesystem": {"existingClaim": "engines-rwx", "path": "prod"}}})
+    container = operator_container(docs)
+    uri = env(container)["TENSORKILN_REGISTRY_URI"]
+    assert uri == "pvc://engines-rwx/prod"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "registry"]
+    assert mount["mountPath"] == "/mnt/pvc/engines-rwx"
+    (volume,) = [v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "registry"]
+    assert volume["persistentVolumeClaim"]["claimName"] == "engines-rwx"
+
+
+def test_the_operator_opens_pvc_registry_uris_under_its_claim_mounts(tmp_path, monkeypatch):
+    assert open_registry("pvc://engines-rwx/prod").root == Path("/mnt/pvc/engines-rwx/prod")  # the chart's mount
+    monkeypatch.setenv("TENSORKILN_PVC_ROOT", str(tmp_path))
+    registry = open_registry("pvc://engines-rwx/prod")
+    assert isinstance(registry, FilesystemRegistry) and registry.root == tmp_path / "engines-rwx" / "prod"
+    assert registry.engine_uri("d" * 64) == f"pvc://engines-rwx/prod/engines/{'d' * 64}"
+    assert open_registry("pvc://engines-rwx").root == tmp_path / "engines-rwx"
+    with pytest.raises(RegistryError, match="pvc:///prod"):
+        open_registry("pvc:///prod")
+
+
+def test_s3_registry_takes_credentials_from_the_existing_secret_only(helm):
+    container = operator_container(render(S3))
+    variables = env(container)
+    assert variables["TENSORKILN_REGISTRY_URI"] == "s3://engines/prod"
+    assert variables["TENSORKILN_REGISTRY_SECRET"] == "s3c"
+    assert variables["TENSORKILN_S3_ENDPOINT"] == "https://s3.example.test"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert variables[key] == {"secretKeyRef": {"name": "s3c", "key": key}}
+    assert not any(m["name"] == "registry" for m in container["volumeMounts"])
+
+
+# --- schema --------------------------------------------------------------------------------------
+
+BAD_VALUES = {
+    "unknown registry kind": ({"registry": {"kind": "nfs"}}, "/registry/kind"),
+    "s3 without bucket or secret": ({"registry": {"kind": "s3"}}, "/registry"),
+    "s3 credentials inline": ({"registry": {"s3": {"accessKey": "AKIA"}}}, "accessKey"),
+    "negative resync": ({"resyncSeconds": -1}, "/resyncSeconds"),
+    "zero resync": ({"resyncSeconds": 0}, "/resyncSeconds"),
+    "negative port": ({"metrics": {"port": -1}}, "/metrics/port"),
+    "port as text": ({"health": {"port": "8080"}}, "/health/port"),
+    "webhook timeout over 30": ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
+    "unknown failure policy": ({"webhook": {"failurePolicy": "Maybe"}}, "/webhook/failurePolicy"),
+    "namespace list as text": ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
+    "bad namespace name": ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+    "latest image tag": ({"image": {"tag": "latest"}}, "/image/tag"),
+    "unknown top-level key": ({"replicas": 2}, "replicas"),
+    "unknown serving runtime": ({"servingRuntime": "vllm"}, "/servingRuntime"),
+    "enabled as text": ({"webhook": {"enabled": "yes"}}, "/webhook/enabled"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES, ids=list(BAD_VALUES))
+def test_schema_refuses_bad_values(helm, case):
+    values, where = BAD_VALUES[case]
+    message = refused(helm, values)
+    assert "schema" in message and where in message, message
+
+
+def test_schema_is_draft_07():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+
+# --- metrics, webhook, dashboard -----------------------------------------------------------------
+
+
+def test_metrics_service_and_scrape_annotations_without_prometheus_operator(helm):
+    docs = render()
+    (service,) = [s for s in of_kind(docs, "Service") if s["metadata"]["name"] == f"{FULLNAME}-metrics"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9090"
+    assert not of_kind(docs, "ServiceMonitor")
+
+
+def test_service_monitor_only_when_the_cluster_serves_it(helm):
+    docs = render(api_versions=[SERVICE_MONITOR])
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert "annotations" not in one(docs, "Deployment")["spec"]["template"]["metadata"]
+    off = render({"metrics": {"port": 9090, "serviceMonitor": {"enabled": False}}}, api_versions=[SERVICE_MONITOR])
+    assert not of_kind(off, "ServiceMonitor")
+
+
+def test_webhook_is_off_by_default(helm):
+    docs = render()
+    assert not of_kind(docs, "ValidatingWebhookConfiguration")
+    assert "webhook" not in {p["name"] for p in operator_container(docs)["ports"]}
+
+
+def test_webhook_without_cert_manager_uses_a_secret_the_operator_fills(helm):
+    docs = render({"webhook": {"enabled": True}})
+    config = one(docs, "ValidatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["clientConfig"]["service"] == {
+        "name": f"{FULLNAME}-webhook",
+        "namespace": NAMESPACE,
+        "path": "/validate-inferencemodel",
+        "port": 443,
+    }
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["tensorkiln.dev"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["inferencemodels"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert "annotations" not in config["metadata"]
+    (service,) = [s for s in of_kind(docs, "Service") if s["metadata"]["name"] == f"{FULLNAME}-webhook"]
+    assert service["spec"]["ports"][0]["port"] == 443 and service["spec"]["ports"][0]["targetPort"] == "webhook"
+    container = operator_container(docs)
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["name"] == f"{FULLNAME}-webhook-tls" and "data" not in secret
+    assert not of_kind(docs, "Certificate") and not of_kind(docs, "Issuer")
+
+
+def test_webhook_with_cert_manager(helm):
+    docs = render({"webhook": {"enabled": True, "failurePolicy": "Fail"}}, api_versions=[CERT_MANAGER])
+    config = one(docs, "ValidatingWebhookConfiguration")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{FULLNAME}-webhook"
+    assert config["webhooks"][0]["failurePolicy"] == "Fail"
+    certificate = one(docs, "Certificate")
+    assert certificate["spec"]["secretName"] == f"{FULLNAME}-webhook-tls"
+    assert f"{FULLNAME}-webhook.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert one(docs, "Issuer")["spec"] == {"selfSigned": {}}
+    assert not of_kind(docs, "Secret")
+
+
+def test_webhook_only_sees_watched_namespaces(helm):
+    docs = render({"webhook": {"enabled": True}, "watchNamespaces": ["team-a"]})
+    (hook,) = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}
+    ]
+
+
+def test_dashboard_config_map_only_when_the_chart_has_the_dashboard(helm, tmp_path):
+    chart = tmp_path / "tensorkiln"
+    shutil.copytree(CHART, chart)
+    (chart / "dashboards" / "tensorkiln.json").unlink(missing_ok=True)
+    assert not of_kind(render(chart=chart), "ConfigMap")
+    (chart / "dashboards" / "tensorkiln.json").write_text('{"title": "TensorKiln"}\n')
+    config_map = one(render(chart=chart), "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["tensorkiln.json"]) == {"title": "TensorKiln"}
+    assert not of_kind(render({"dashboards": {"enabled": False}}, chart=chart), "ConfigMap")
+
+
+# --- generated files -----------------------------------------------------------------------------
+
+
+def test_chart_crds_are_current():
+    committed = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    rendered = render_chart_crds()
+    assert set(committed) == set(rendered), "charts/tensorkiln/crds/ is out of date: run `tensorkiln crds`"
+    for name, text in rendered.items():
+        assert committed[name] == text, f"charts/tensorkiln/crds/{name} is out of date: run `tensorkiln crds`"
+
+
+def test_chart_crds_include_kopfs_peering_and_match_the_top_level_crds():
+    rendered = render_chart_crds()
+    assert {"clusterkopfpeerings.kopf.dev.yaml", "kopfpeerings.kopf.dev.yaml"} <= set(rendered)
+    for path in (ROOT / "crds").glob("*.yaml"):
+        assert rendered[path.name] == path.read_text()
+
+
+def test_install_manifests_are_current(helm):
+    rendered = installmanifests.render()
+    on_disk = {
+        str(p.relative_to(paths.MANIFESTS_DIR)): p.read_text()
+        for p in [*(paths.MANIFESTS_DIR / "install").glob("*.yaml"), paths.MANIFESTS_DIR / "kustomization.yaml"]
+        if p.exists()
+    }
+    assert set(on_disk) == set(rendered), "manifests/install is out of date: run `make manifests`"
+    for name, text in rendered.items():
+        assert on_disk[name] == text, f"manifests/{name} is out of date: run `make manifests`"
+
+
+def test_install_manifests_are_the_chart_with_defaults_and_a_namespace(helm):
+    docs = [d for p in sorted((paths.MANIFESTS_DIR / "install").glob("*.yaml")) if p.name != "kustomization.yaml"
+            for d in yaml.safe_load_all(p.read_text()) if d]  # fmt: skip
+    assert one(docs, "Namespace")["metadata"]["name"] == installmanifests.NAMESPACE
+    assert {c["metadata"]["name"] for c in of_kind(docs, "CustomResourceDefinition")} == {
+        "inferencemodels.tensorkiln.dev",
+        "compilejobs.tensorkiln.dev",
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    }
+    for doc in docs:
+        namespaced = doc["kind"] not in {
+            "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering",
+        }  # fmt: skip
+        assert (doc["metadata"].get("namespace") == installmanifests.NAMESPACE) == namespaced, doc["metadata"]
+
+
+def test_kustomization_builds_with_the_samples(helm):
+    kubectl = paths.BIN_DIR / "kubectl"
+    if not kubectl.exists():
+        pytest.skip("kubectl is built with the cluster binaries (tensorkiln cluster build)")
+    built = subprocess.run(
+        [str(kubectl), "kustomize", str(paths.MANIFESTS_DIR)], capture_output=True, text=True, check=True
+    ).stdout
+    docs = installmanifests.documents(built)
+    samples = [yaml.safe_load(p.read_text()) for p in (paths.MANIFESTS_DIR / "samples").glob("*.yaml")]
+    assert len(of_kind(docs, "InferenceModel")) == len(samples)
+    assert one(docs, "Deployment")["metadata"]["name"] == "tensorkiln"
