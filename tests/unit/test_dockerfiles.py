@@ -1,0 +1,83 @@
+"""The operator and compiler Dockerfiles, parsed (there is no Docker here to build them)."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES = {
+    "operator": ROOT / "operator" / "Dockerfile",
+    "compiler": ROOT / "compiler-jobs" / "Dockerfile",
+}
+# name:tag@sha256:<64 hex>, with an exact version in the tag (no floating `3.11-slim` or `latest`).
+PINNED = re.compile(r"^[\w./-]+:(?P<tag>[\w.-]+)@sha256:[a-f0-9]{64}$")
+
+
+def parsed(name: str) -> DockerfileParser:
+    return DockerfileParser(path=str(DOCKERFILES[name]))
+
+
+def instructions(name: str, kind: str) -> list[str]:
+    return [i["value"] for i in parsed(name).structure if i["instruction"] == kind]
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_base_images_are_pinned_by_exact_tag_and_digest(name):
+    for image in parsed(name).parent_images:
+        match = PINNED.match(image)
+        assert match, f"{name}: base {image} is not pinned as name:tag@sha256:digest"
+        assert match["tag"] != "latest" and re.search(r"\d+\.\d+\.\d+", match["tag"]), f"{name}: tag of {image}"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_runs_as_a_numeric_non_root_user(name):
+    users = instructions(name, "USER")
+    assert users, f"{name}: no USER"
+    user = users[-1]
+    assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"{name}: USER {user} is not numeric non-root"
+    # The UID the chart's Deployment and the compile Jobs run as.
+    assert user.split(":")[0] == "65532"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_no_add_and_no_downloads_from_urls(name):
+    for add in instructions(name, "ADD"):
+        assert not re.search(r"\b(https?|git)://", add), f"{name}: ADD of a URL: {add}"
+    for run in instructions(name, "RUN"):
+        assert not re.search(r"\b(curl|wget)\b", run), f"{name}: download in RUN: {run}"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_pip_installs_with_the_constraints(name):
+    runs = [r for r in instructions(name, "RUN") if "pip install" in r]
+    assert runs, f"{name}: no pip install"
+    for run in runs:
+        assert "-c constraints.txt" in run, f"{name}: pip install without constraints: {run}"
+    assert any("constraints.txt" in c for c in instructions(name, "COPY"))
+
+
+def test_extras_installed_exist_in_pyproject():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = {"operator": {"s3"}, "compiler": {"compiler", "s3"}}
+    for name, expected in wanted.items():
+        (run,) = [r for r in instructions(name, "RUN") if "pip install" in r]
+        installed = set(re.search(r'"\.\[([\w,-]+)\]"', run)[1].split(","))
+        assert installed == expected and installed <= set(extras), f"{name}: {installed}"
+
+
+def test_operator_entrypoint_is_the_cli_operator_run():
+    (entrypoint,) = instructions("operator", "ENTRYPOINT")
+    assert entrypoint == '["tensorkiln", "operator", "run"]'
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "tensorkiln" in scripts
+
+
+def test_compiler_image_has_the_commands_the_operator_runs_in_it():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    # builders/job.py (compile pods) and builders/serving.py (engine-fetch init container).
+    assert {"tensorkiln-compile", "tensorkiln-engine-fetch"} <= set(scripts)
+    text = DOCKERFILES["compiler"].read_text()
+    assert "nvcr.io/nvidia/tensorrt" in text, "the GPU variant's NGC TensorRT base is documented"
