@@ -28,7 +28,9 @@ SIMULATED = HardwareClass(name="l4", kind="GPU", product="L4", node_selector={},
 
 
 def observation(latency_ms, rate=100.0):
-    return SimpleNamespace(latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.5, request_rate=rate)
+    return SimpleNamespace(
+        latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.5, request_rate=rate, busy=None, service_ms=None
+    )
 
 
 @pytest.fixture
@@ -90,3 +92,22 @@ def test_an_idle_target_counts_as_zero_latency_not_as_its_stale_summary(metrics)
     outcome = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 2, 2, True), {})
     assert outcome.replicas == 2 and outcome.slo_status["latencySource"] == "idle"
     assert outcome.decision.slo_met is True
+
+
+def test_an_action_is_not_repeated_on_a_status_read_before_it(metrics):
+    """A handler and the resync both reconcile; the second may carry the status from before the first acted."""
+    metrics.extend([observation(150), observation(150)])
+    scaler = Scaler(object())
+    first = scaler.evaluate(MODEL, SPEC, CPU, Rollout("d", 1, 1, True), {})
+    assert first.replicas == 2 and first.event[:2] == ("Normal", "ScaledUp")
+    again = scaler.evaluate(MODEL, SPEC, CPU, Rollout("d", 2, 2, True), {})  # stale: no lastScaleTime
+    assert (again.replicas, again.decision.reason, again.event) == (2, "WaitingForReplicas", None)
+    assert again.slo_status["lastScaleTime"] == first.slo_status["lastScaleTime"]
+
+
+def test_reaching_the_maximum_warns_once(metrics):
+    metrics.extend([observation(500), observation(500)])
+    scaler, spec = Scaler(object()), {"slo": {**SPEC["slo"], "maxReplicas": 2}}
+    maxed = [scaler.evaluate(MODEL, spec, CPU, Rollout("d", 2, 2, True), {}) for _ in range(2)]
+    assert [o.decision.reason for o in maxed] == ["MaxReplicasReached"] * 2
+    assert maxed[0].event[:2] == ("Warning", "MaxReplicasReached") and maxed[1].event is None

@@ -1,5 +1,6 @@
 """The SLO decision against a simple queueing model of Triton replicas (M/M/1-like per replica)."""
 
+import pytest
 from tensorkiln.scaling.decision import Policy, Sample, decide
 
 POLICY = Policy(target_ms=50, percentile="p95", min_replicas=1, max_replicas=10, scale_down_stabilization_s=60)
@@ -16,7 +17,8 @@ def simulate(loads: list[float], replicas: int = 1, step_s: float = 5, policy: P
     samples, history, last_scale = [], [], None
     for i, load in enumerate(loads):
         now = i * step_s
-        samples.append(Sample(now, latency(load, replicas), replicas, rate=load))
+        busy, service_ms = load / CAPACITY, 1000 / CAPACITY  # what Triton's execution counters give
+        samples.append(Sample(now, latency(load, replicas), replicas, rate=load, busy=busy, service_ms=service_ms))
         decision = decide(samples[-50:], replicas, replicas, policy, last_scale, now)
         if decision.replicas != replicas:
             last_scale = now
@@ -82,3 +84,23 @@ def test_a_4x_load_step_is_met_within_two_decisions_and_steady_load_does_not_osc
     for phase in (history[:30], history[30:70], history[70:]):
         assert direction_changes(phase) == 0
     assert history[-1][1] < max(r for _, r, _, _ in history)  # scaled back down after the window
+
+
+def test_projected_latency_grows_with_utilisation_from_the_service_time_floor():
+    from tensorkiln.scaling.decision import projected_latency_ms
+
+    # 4 replicas at 50% busy, 50 ms per request, p95 100 ms: the queueing factor is calibrated on this.
+    sample = Sample(0, 100.0, 4, rate=40, busy=2.0, service_ms=50.0)
+    assert projected_latency_ms(sample, 4) == pytest.approx(100.0)
+    assert projected_latency_ms(sample, 3) == pytest.approx(50 * (1 + 1.0 * (2 / 3) / (1 / 3)))  # 150 ms
+    assert projected_latency_ms(sample, 2) == float("inf")  # 100% busy: the queue grows without bound
+    assert projected_latency_ms(Sample(0, 100.0, 4, rate=40), 3) is None  # no busy time recorded
+
+
+def test_the_service_time_floor_stops_a_scale_down_that_latency_alone_would_allow():
+    """At 8 replicas latency is near the 50 ms service time, but 4 of them are busy: 7 would do, 3 would not."""
+    policy = Policy(target_ms=200, percentile="p95", min_replicas=1, max_replicas=8, scale_down_stabilization_s=20)
+    quiet = [Sample(t, 60.0, 8, rate=80, busy=4.0, service_ms=50.0) for t in range(0, 40, 5)]
+    assert decide(quiet, 8, 8, policy, None, 35).replicas == 7
+    busier = [Sample(t, 60.0, 4, rate=80, busy=4.0 * 0.8, service_ms=50.0) for t in range(0, 40, 5)]
+    assert decide(busier, 4, 4, policy, None, 35).reason == "SLOMet"  # 3 replicas would be 107% busy

@@ -47,6 +47,8 @@ def test_queries_for_a_target():
         "failure_rate": 'sum(rate(nv_inference_request_failure{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
         "pending": 'sum(nv_inference_pending_request_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"})',
         "batch_size": 'sum(rate(nv_inference_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / sum(rate(nv_inference_exec_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
+        "service_ms": 'sum(rate(nv_inference_compute_infer_duration_us{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / sum(rate(nv_inference_request_success{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / 1000',
+        "busy": 'sum(rate(nv_inference_compute_infer_duration_us{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / 1e6 * sum(rate(nv_inference_exec_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / sum(rate(nv_inference_request_success{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
         "ready_pods": 'count(up{namespace="serving",hardware_class="cpu-amd64-intel-avx512"} == 1 and on (namespace, pod) nv_inference_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"})',
     }
 
@@ -72,6 +74,8 @@ def test_busy_target_latency_from_the_worst_pods_summary():
     assert seen.queue_ms == prom.value("queue_ms")
     assert seen.request_rate == prom.value("request_rate") > 0 and seen.failure_rate == 0
     assert seen.batch_size == prom.value("batch_size") > 1
+    # One instance: executing at most all the time (the rest is the server's own per-request work).
+    assert 0 < seen.busy == prom.value("busy") <= 1.05 and seen.service_ms == prom.value("service_ms") > 0
     assert seen.ready_pods == 1 and seen.pending == 0
     assert seen.at == datetime.fromtimestamp(prom.responses[prom.asked[0]]["data"]["result"][0]["value"][0], UTC)
     assert queries(**prom.target)["latency_mean_ms"] not in prom.asked  # the summary had data

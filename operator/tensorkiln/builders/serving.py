@@ -141,7 +141,7 @@ def build_deployment(
     }
     if target.node_affinity():
         pod_spec["affinity"] = {"nodeAffinity": target.node_affinity()}
-    deployment_spec = {} if replicas is None else {"replicas": replicas}  # None: an HPA owns replicas
+    deployment_spec = {} if replicas is None else {"replicas": replicas}  # None: an autoscaler owns them
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -10,6 +10,7 @@ would block deletion whenever the operator is down; the resync loop needs none.)
 import asyncio
 import functools
 import logging
+import threading
 import time
 
 import kopf
@@ -162,6 +163,16 @@ def _plain(body) -> dict:
     return dict(body)
 
 
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock_of(obj: dict) -> threading.Lock:
+    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
 def _observed(kind: str):
     """Every reconcile of `kind`, whichever path calls it: counted and timed, its logs about the object."""
 
@@ -179,16 +190,10 @@ def _observed(kind: str):
 @_observed("InferenceModel")
 def _inference_model(body) -> None:
     model = _plain(body)
-    old = {t["hardwareClass"]: t.get("slo", {}) for t in model.get("status", {}).get("targets", [])}
-    new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
+    # One reconcile of a model at a time: a handler thread and the resync thread must not both act.
+    with _lock_of(model):
+        new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
     own_metrics.record_targets(model, new)
-    for target in new.get("targets", []):
-        slo, before = target.get("slo", {}), old.get(target["hardwareClass"], {})
-        scaled = slo.get("lastScaleTime") and slo["lastScaleTime"] != before.get("lastScaleTime")
-        maxed = slo.get("lastDecision") == "MaxReplicasReached" and before.get("lastDecision") != "MaxReplicasReached"
-        if scaled or maxed:
-            message = f"{target['hardwareClass']}: {slo['lastDecisionMessage']}"
-            events.post(state().core, model, "Warning" if maxed else "Normal", slo["lastDecision"], message)
 
 
 @kopf.on.resume(*IM)

@@ -9,11 +9,13 @@ from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.labels import HARDWARE_CLASS
+from tensorkiln.controllers import events
 from tensorkiln.controllers.diff import contains
-from tensorkiln.controllers.scaler import Scaler
+from tensorkiln.controllers.scaler import Outcome, Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln.observability import metrics as operator_metrics
 from tensorkiln.registry import Registry, RegistryError
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
@@ -64,9 +66,16 @@ def _roll_out(
     config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
     _apply_if_changed(state, config_map, state.get("v1", "ConfigMap", namespace, name))
     hpa = serving.build_hpa(model, spec, target)
-    # In HPA mode the HorizontalPodAutoscaler owns replicas, so the Deployment leaves them out.
-    deployment = serving.build_deployment(model, spec, target, engine, config_map, None if hpa else replicas, settings)
+    # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
+    # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
+    slo_mode = (spec.get("slo") or {}).get("mode")
+    deployment = serving.build_deployment(
+        model, spec, target, engine, config_map, None if slo_mode else replicas, settings
+    )
     observed = _apply_if_changed(state, deployment, state.get("apps/v1", "Deployment", namespace, name))
+    if slo_mode == "Operator" and observed["spec"].get("replicas") != replicas:
+        log.info("scaling Deployment %s/%s to %d replicas", namespace, name, replicas)
+        observed = state.scale_deployment(namespace, name, replicas)
     if hpa is not None:
         _apply_if_changed(state, hpa, state.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name))
     _apply_if_changed(state, serving.build_target_service(model, target), state.get("v1", "Service", namespace, name))
@@ -76,6 +85,20 @@ def _roll_out(
     else:
         state.delete("policy/v1", "PodDisruptionBudget", namespace, name)
     return observed
+
+
+def _report_scaling(state: ClusterState, model: dict, target: HardwareClass, outcome: Outcome) -> None:
+    """An Event (and a metric) per scale action, posted once the action is applied; a Warning when
+    the maximum is newly reached with the SLO still missed."""
+    if outcome.event is None:
+        return
+    type_, reason, message = outcome.event
+    events.post(state.core, model, type_, reason, f"{target.name}: {message}")
+    if reason in ("ScaledUp", "ScaledDown"):
+        meta = model["metadata"]
+        operator_metrics.record_scale_action(
+            meta["namespace"], meta["name"], target.name, reason.removeprefix("Scaled")
+        )
 
 
 def _previous_slo(model: dict, target: HardwareClass) -> dict:
@@ -119,6 +142,8 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
                 log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
             else:
                 engines[target.name] = engine
+                if target.name in slo_outcomes:
+                    _report_scaling(state, model, target, slo_outcomes[target.name])
         if rollout is not None and not rollout.updated:
             rollout = with_problem(rollout, state.pods(meta["namespace"], serving.selector(model, target)))
         if rollout is not None:

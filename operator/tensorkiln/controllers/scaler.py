@@ -26,11 +26,13 @@ class Outcome:
     slo_status: dict  # TargetSLOStatus
     metrics: tuple[bool, str, str]  # SLOMetricsAvailable: status, reason, message
     decision: Decision | None
+    event: tuple[str, str, str] | None = None  # type, reason, message: this evaluation acted (or newly maxed out)
 
 
-def policy_of(spec: dict) -> Policy:
+def policy_of(spec: dict, target: HardwareClass) -> Policy:
     slo = spec["slo"]
     return Policy(
+        instances=spec["serving"]["instancesPerGPU"] if target.kind == "GPU" else 1,
         target_ms=slo["targetMilliseconds"],
         percentile=slo["percentile"],
         min_replicas=max(slo["minReplicas"], 1),
@@ -38,6 +40,10 @@ def policy_of(spec: dict) -> Policy:
         scale_up_stabilization_s=slo["scaleUpStabilizationSeconds"],
         scale_down_stabilization_s=slo["scaleDownStabilizationSeconds"],
     )
+
+
+def _format_time(at: float) -> str:
+    return timestamp(datetime.fromtimestamp(at, UTC))
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -50,6 +56,8 @@ class Scaler:
     def __init__(self, prometheus):
         self.prometheus = prometheus  # a PrometheusConnect, or None when no URL is configured
         self._history: dict[tuple[str, str, str], list[Sample]] = {}
+        self._last_scale: dict[tuple[str, str, str], float] = {}
+        self._last_reason: dict[tuple[str, str, str], str] = {}
         self._lock = threading.Lock()
 
     def _record(self, key: tuple[str, str, str], sample: Sample) -> list[Sample]:
@@ -68,7 +76,7 @@ class Scaler:
             return Outcome(hold, previous, (False, "SimulatedPool", "no Triton runs on kwok-simulated nodes"), None)
         if self.prometheus is None:
             return Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
-        policy = policy_of(spec)
+        policy = policy_of(spec, target)
         try:
             obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, policy.percentile)
         except MetricsUnavailable as error:
@@ -80,9 +88,20 @@ class Scaler:
         # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
         idle = obs.request_rate < IDLE_RATE or obs.latency_ms is None
         latency = 0.0 if idle else obs.latency_ms
-        samples = self._record(key, Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate))
-        last_scale = _parse_time(previous.get("lastScaleTime"))
+        sample = Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms)
+        samples = self._record(key, sample)
+        # The status this reconcile read may predate this process's last action (a reconcile since
+        # wrote a newer one): the later time counts, so no action is repeated within the cooldown.
+        times = (_parse_time(previous.get("lastScaleTime")), self._last_scale.get(key))
+        last_scale = max((t for t in times if t is not None), default=None)
         decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
+        event = None
+        if decision.replicas != rollout.replicas:
+            last_scale = self._last_scale[key] = now
+            event = ("Normal", decision.reason, decision.message)
+        elif decision.reason == "MaxReplicasReached" and self._last_reason.get(key) != decision.reason:
+            event = ("Warning", decision.reason, decision.message)
+        self._last_reason[key] = decision.reason
         status = {
             "observedMilliseconds": round(latency, 3),
             "latencySource": "idle" if idle else obs.latency_source,
@@ -90,13 +109,11 @@ class Scaler:
             "desiredReplicas": decision.replicas,
             "lastDecision": decision.reason,
             "lastDecisionMessage": decision.message[:1024],
-            "lastDecisionTime": timestamp(datetime.now(UTC)),
+            "lastDecisionTime": _format_time(now),
         }
         if obs.queue_ms is not None:
             status["queueMilliseconds"] = round(obs.queue_ms, 3)
-        changed = decision.replicas != rollout.replicas
-        if changed or previous.get("lastScaleTime"):
-            status["lastScaleTime"] = timestamp(datetime.now(UTC)) if changed else previous["lastScaleTime"]
-        return Outcome(
-            decision.replicas, status, (True, "MetricsFlowing", f"latency from {obs.latency_source}"), decision
-        )
+        if last_scale is not None:
+            status["lastScaleTime"] = _format_time(last_scale)
+        metrics = (True, "MetricsFlowing", f"latency from {obs.latency_source}")
+        return Outcome(decision.replicas, status, metrics, decision, event)

@@ -23,6 +23,7 @@ class ClusterState:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
+        self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.dynamic = DynamicClient(api)
         self._nodes: list[dict] = []
@@ -88,6 +89,13 @@ class ClusterState:
             self.dynamic.resources.get(api_version=api_version, kind=kind).delete(name, namespace)
         except NotFoundError:
             pass
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict:
+        """Set replicas through the scale subresource, as an autoscaler does; returns the Deployment."""
+        self.apps.patch_namespaced_deployment_scale(
+            name, namespace, {"spec": {"replicas": replicas}}, field_manager=kube.FIELD_MANAGER
+        )
+        return self._plain(self.apps.read_namespaced_deployment(name, namespace))
 
     def apply(self, obj: dict) -> dict:
         return kube.apply(self.dynamic, obj).to_dict()

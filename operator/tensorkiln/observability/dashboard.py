@@ -116,6 +116,16 @@ def _target_panels() -> list[dict]:
             "What the dynamic batcher forms: inferences divided by executions.",
         ),
         _panel(
+            "Busy time and service time",
+            "short",
+            [
+                _target("busy", q["busy"], "busy model instances"),
+                _target("service_ms", q["service_ms"], "execution ms per request"),
+            ],
+            "Model-instance seconds per second spent executing (busy / replicas = utilisation), and the "
+            "execution time per request: what the scaler projects one replica fewer from.",
+        ),
+        _panel(
             "Pending requests and scale actions",
             "short",
             [

@@ -3,10 +3,15 @@
 Scale up when the observed percentile is over target, sized by how far over it is (the HPA
 ratio rule on latency: ceil(replicas * observed / target)), bounded by a step factor (2x) and
 maxReplicas, so a 4x load step is met in one or two decisions. Scale down one replica at a
-time, and only when every observation of the stabilisation window says the load would fit in
-one replica fewer with headroom: per-replica capacity is learned from observations taken near
-the target (the request rate a replica carried at 50-100% of the latency target). Missing
-metrics never move replicas.
+time, and only when every observation of the stabilisation window says the latency would stay
+under target with one replica fewer, with headroom:
+- from Triton's busy time, the projected latency with one replica fewer: the service time plus
+  a queueing term that grows like rho/(1 - rho) (M/M/1), its factor calibrated on the
+  observation itself. The service time floors the latency, so latency alone says nothing of
+  how much load one replica fewer would carry;
+- and, once learned, per-replica capacity: the request rate a replica carried while latency was
+  at 50-100% of target.
+Missing metrics never move replicas.
 """
 
 import math
@@ -24,6 +29,7 @@ class Policy:
     headroom: float = 0.7  # scale down only if the projected latency is under 70% of target
     max_step_factor: float = 2.0  # at most 2x the replicas in one decision: saturated latency overshoots
     cooldown_s: float = 20.0  # after a scale-up, new pods need time to become ready and be measured
+    instances: int = 1  # model instances per replica: what busy time is shared by
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class Sample:
     latency_ms: float
     replicas: int
     rate: float = 0.0  # requests per second the target served
+    busy: float | None = None  # model-instance seconds per second spent executing, all pods
+    service_ms: float | None = None  # execution time a request spends, queueing excluded
 
 
 @dataclass(frozen=True)
@@ -54,11 +62,29 @@ def capacity_per_replica(samples: list[Sample], target_ms: float) -> float | Non
     return max(loaded) if loaded else None
 
 
+DEFAULT_QUEUEING_FACTOR = 3.0  # p95 of an exponential wait is ~3x its mean
+
+
+def projected_latency_ms(sample: Sample, replicas: int, instances: int = 1) -> float | None:
+    """Latency at the same load on `replicas` replicas; None without busy time or service time."""
+    if sample.busy is None or not sample.service_ms or replicas < 1:
+        return None
+    now, then = sample.busy / (sample.replicas * instances), sample.busy / (replicas * instances)
+    if then >= 1:
+        return math.inf
+    wait = sample.latency_ms - sample.service_ms
+    factor = DEFAULT_QUEUEING_FACTOR
+    if 0.2 <= now < 1 and wait > 0:  # enough queueing to calibrate on
+        factor = min(max(wait / (sample.service_ms * now / (1 - now)), 1.0), 10.0)
+    return sample.service_ms * (1 + factor * then / (1 - then))
+
+
 def _fits_one_fewer(sample: Sample, current: int, capacity: float | None, policy: Policy) -> bool:
-    if capacity is not None:
-        return sample.rate / (current - 1) < capacity * policy.headroom
-    # No capacity learned yet: assume latency grows with load per replica, conservatively.
-    return sample.latency_ms * sample.replicas / (current - 1) < policy.target_ms * policy.headroom
+    fits = capacity is None or sample.rate / (current - 1) < capacity * policy.headroom
+    projected = projected_latency_ms(sample, current - 1, policy.instances)
+    if projected is None:  # no busy time: assume latency grows with load per replica, conservatively
+        projected = sample.latency_ms * sample.replicas / (current - 1)
+    return fits and projected < policy.target_ms * policy.headroom
 
 
 def decide(

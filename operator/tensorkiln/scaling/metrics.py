@@ -40,6 +40,8 @@ class Observation:
     failure_rate: float  # failed requests per second, all pods
     pending: float  # requests queued or executing now, all pods
     batch_size: float | None  # mean inferences per execution: what the dynamic batcher formed
+    service_ms: float | None  # execution time per request, queueing excluded
+    busy: float | None  # model-instance seconds per second spent executing, all pods
     ready_pods: int  # pods whose metrics Prometheus scraped at the last attempt
     at: datetime  # the instant Prometheus evaluated the queries at
 
@@ -60,6 +62,7 @@ def queries(namespace: str, model: str, hardware_class: str, percentile: str, wi
         return f"sum(rate({metric}{series}[{window}]))"
 
     success = rate("nv_inference_request_success")
+    compute = rate("nv_inference_compute_infer_duration_us")  # each request counts its execution's time
     return {
         "latency_ms": f"max(nv_inference_request_summary_us{quantile}) / 1000",
         "latency_mean_ms": f"{rate('nv_inference_request_duration_us')} / {success} / 1000",
@@ -68,6 +71,9 @@ def queries(namespace: str, model: str, hardware_class: str, percentile: str, wi
         "failure_rate": rate("nv_inference_request_failure"),
         "pending": f"sum(nv_inference_pending_request_count{series})",
         "batch_size": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
+        "service_ms": f"{compute} / {success} / 1000",
+        # Executions' time once each: requests' compute time times executions per request.
+        "busy": f"{compute} / 1e6 * {rate('nv_inference_exec_count')} / {success}",
         "ready_pods": f"count(up{scraped} == 1 and on (namespace, pod) nv_inference_count{series})",
     }
 
@@ -119,6 +125,8 @@ def observe(
         failure_rate=value("failure_rate") or 0.0,
         pending=value("pending") or 0.0,
         batch_size=value("batch_size"),
+        service_ms=value("service_ms"),
+        busy=value("busy"),
         ready_pods=int(value("ready_pods") or 0),
         at=datetime.fromtimestamp(rate[0]["value"][0], UTC),
     )
