@@ -1,4 +1,4 @@
-"""Triton rollouts on the simulated GPU pools, with engines seeded as test seeds (see seeding.py)."""
+"""Triton rollouts on the simulated GPU pools, with engines seeded as test seeds (see tensorkiln.localcluster.engine_seeds)."""
 
 import copy
 from pathlib import Path
@@ -11,9 +11,9 @@ from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.builders.serving import ENGINE_DIGEST
 from tensorkiln.hardware.classes import GPU_PRODUCT, discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln.localcluster.engine_seeds import publish_test_seed
 
 from .helpers import wait_for
-from .seeding import seed_engine
 
 pytestmark = pytest.mark.cluster
 SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/resnet50-gpu.yaml").read_text())
@@ -26,7 +26,7 @@ def test_each_gpu_product_gets_triton_on_its_own_nodes(api, operator, namespace,
     model["spec"]["slo"]["minReplicas"] = 2
     nodes = [api.sanitize_for_serialization(n) for n in core.list_node().items]
     targets = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
-    seeded = {t.name: seed_engine(operator.registry_uri, model, t, tmp_path) for t in targets}
+    seeded = {t.name: publish_test_seed(operator.registry_uri, model, t, tmp_path) for t in targets}
     assert len(seeded) >= 3
 
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
@@ -63,7 +63,7 @@ def test_manual_edits_to_owned_deployments_are_put_back(api, operator, namespace
     model["spec"]["hardware"] = {"mode": "Auto", "include": ["NVIDIA-L4"]}
     nodes = [api.sanitize_for_serialization(n) for n in core.list_node().items]
     (target,) = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
-    seed_engine(operator.registry_uri, model, target, tmp_path)
+    publish_test_seed(operator.registry_uri, model, target, tmp_path)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
     name = f"resnet50-{target.name}"
     wait_for(lambda: _exists(apps, name, namespace), what="the Deployment")

@@ -19,7 +19,12 @@ from tensorkiln.registry.manifest import EngineManifest
 NATIVE = "native"
 PYTHON_BACKEND = "python-backend"
 
-ENGINE_FILES = {"TensorRT": "model.plan", "OnnxRuntime": "model.onnx", "OpenVINO": "model.xml"}
+ENGINE_FILES = {
+    "TensorRT": "model.plan",
+    "OnnxRuntime": "model.onnx",
+    "OpenVINO": "model.xml",
+    "SimulatedServiceTime": "simulation.json",  # a simulation: the python-backend runner sleeps
+}
 NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"platform": "onnxruntime_onnx"},
                     "OpenVINO": {"backend": "openvino"}}  # fmt: skip
 
@@ -80,6 +85,8 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
             {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
         )
     else:
+        if manifest.compiler not in NATIVE_PLATFORMS:
+            raise ValueError(f"a {manifest.compiler} engine is served only by the python-backend runtime")
         config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":
             winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)

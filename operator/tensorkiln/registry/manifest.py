@@ -66,7 +66,7 @@ class Benchmark(_Model):
 
 class Candidate(_Model):
     id: str = Field(description="e.g. onnxruntime-int8, openvino-fp32, baseline")
-    compiler: Literal["OnnxRuntime", "OpenVINO", "TensorRT"]
+    compiler: Literal["OnnxRuntime", "OpenVINO", "TensorRT", "SimulatedServiceTime"]
     precision: Literal["FP32", "FP16", "BF16", "INT8"]
     baseline: bool = Field(False, description="the unmodified ONNX on onnxruntime, default options")
     status: Literal["Selected", "Passed", "RejectedAccuracy", "Failed"]
@@ -85,8 +85,10 @@ class Selection(_Model):
 
 class EngineManifest(_Model):
     schema_version: int = SCHEMA_VERSION
-    origin: Literal["compiled", "test-seed"] = Field(
-        "compiled", description="test-seed: written by a test for a simulated pool; no compiler ran"
+    origin: Literal["compiled", "test-seed", "simulation"] = Field(
+        "compiled",
+        description="test-seed: a placeholder for a kwok-simulated pool; simulation: a fixed-service-time "
+        "stand-in for a GPU-bound engine that computes nothing (localcluster/engine_seeds.py); no compiler ran",
     )
     key: CacheKey
     model_name: str

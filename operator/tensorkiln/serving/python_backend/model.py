@@ -31,13 +31,17 @@ axis, runs the engine once and splits the outputs, so batching pays off as it do
 """
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 ENGINE_JSON = "engine.json"
-ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx"}  # what this model serves
+# What this model serves. SimulatedServiceTime is a SIMULATION (origin "simulation" in the
+# registry, see tensorkiln.localcluster.engine_seeds): it sleeps a fixed time per batch and
+# answers zeros, standing in for a GPU-bound engine so the local node can show scaling.
+ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx", "SimulatedServiceTime": "simulation.json"}
 
 
 class TritonPythonModel:
@@ -87,6 +91,8 @@ def check_engine(engine: dict, config: dict, expected_digest: str) -> None:
 def open_engine(engine: dict, engine_file: Path, threads: int):
     """A function from {input name: batch} to {output name: batch}."""
     settings, outputs = engine["settings"], [tensor["name"] for tensor in engine["outputs"]]
+    if engine["compiler"] == "SimulatedServiceTime":
+        return simulated_engine(engine, settings["serviceMilliseconds"] / 1000)
     if engine["compiler"] == "OpenVINO":
         import openvino as ov
 
@@ -113,3 +119,22 @@ def open_engine(engine: dict, engine_file: Path, threads: int):
     providers = [p for p in settings.get("providers", []) if p in available] or ["CPUExecutionProvider"]
     session = ort.InferenceSession(str(engine_file), options, providers=providers)
     return lambda feeds: dict(zip(outputs, session.run(outputs, feeds)))
+
+
+def simulated_engine(engine: dict, service_s: float):
+    """SIMULATION: a batch takes `service_s` whatever its size; the outputs are zeros."""
+    outputs = [
+        (
+            tensor["name"],
+            [max(d, 1) for d in tensor["dims"][1:]],
+            pb_utils.triton_string_to_numpy(f"TYPE_{tensor['dataType']}"),
+        )
+        for tensor in engine["outputs"]
+    ]
+
+    def run(feeds):
+        batch = len(next(iter(feeds.values())))
+        time.sleep(service_s)
+        return {name: np.zeros([batch, *dims], data_type) for name, dims, data_type in outputs}
+
+    return run
