@@ -151,3 +151,18 @@ def _stat(pid: int) -> list[str] | None:
 def _start_ticks(pid: int) -> int | None:
     stat = _stat(pid)
     return int(stat[19]) if stat else None
+
+
+def container_cpu_seconds(state_dir: Path, pod_uid: str, container: str) -> float | None:
+    """CPU seconds the running container's processes used so far (what cAdvisor reads from a
+    cgroup; here the session's processes). None when the container is not running."""
+    try:
+        sid, since = (int(field) for field in (state_dir / "pods" / pod_uid / container / "pid").read_text().split())
+    except (OSError, ValueError):
+        return None
+    ticks = 0
+    for pid, session, started in _processes():
+        stat = _stat(pid) if session == sid and started >= since else None
+        if stat:
+            ticks += sum(int(stat[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
