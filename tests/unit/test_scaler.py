@@ -99,9 +99,9 @@ def test_an_action_is_not_repeated_on_a_status_read_before_it(metrics):
     metrics.extend([observation(150), observation(150)])
     scaler = Scaler(object())
     first = scaler.evaluate(MODEL, SPEC, CPU, Rollout("d", 1, 1, True), {})
-    assert first.replicas == 2 and first.event[:2] == ("Normal", "ScaledUp")
+    assert first.replicas == 2 and [e[:2] for e in first.events] == [("Normal", "ScaledUp")]
     again = scaler.evaluate(MODEL, SPEC, CPU, Rollout("d", 2, 2, True), {})  # stale: no lastScaleTime
-    assert (again.replicas, again.decision.reason, again.event) == (2, "WaitingForReplicas", None)
+    assert (again.replicas, again.decision.reason, again.events) == (2, "WaitingForReplicas", ())
     assert again.slo_status["lastScaleTime"] == first.slo_status["lastScaleTime"]
 
 
@@ -110,4 +110,12 @@ def test_reaching_the_maximum_warns_once(metrics):
     scaler, spec = Scaler(object()), {"slo": {**SPEC["slo"], "maxReplicas": 2}}
     maxed = [scaler.evaluate(MODEL, spec, CPU, Rollout("d", 2, 2, True), {}) for _ in range(2)]
     assert [o.decision.reason for o in maxed] == ["MaxReplicasReached"] * 2
-    assert maxed[0].event[:2] == ("Warning", "MaxReplicasReached") and maxed[1].event is None
+    assert [e[:2] for e in maxed[0].events] == [("Warning", "MaxReplicasReached")] and maxed[1].events == ()
+
+
+def test_scaling_up_to_the_maximum_is_a_scale_action_and_a_warning(metrics):
+    metrics.append(observation(500))
+    spec = {"slo": {**SPEC["slo"], "maxReplicas": 3}}
+    outcome = Scaler(object()).evaluate(MODEL, spec, CPU, Rollout("d", 2, 2, True), {})
+    assert outcome.replicas == 3
+    assert [e[:2] for e in outcome.events] == [("Normal", "ScaledUp"), ("Warning", "MaxReplicasReached")]

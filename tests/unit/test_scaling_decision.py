@@ -87,14 +87,18 @@ def test_a_4x_load_step_is_met_within_two_decisions_and_steady_load_does_not_osc
 
 
 def test_projected_latency_grows_with_utilisation_from_the_service_time_floor():
-    from tensorkiln.scaling.decision import projected_latency_ms
+    from tensorkiln.scaling.decision import projected_latency_ms, queueing_factor
 
     # 4 replicas at 50% busy, 50 ms per request, p95 100 ms: the queueing factor is calibrated on this.
     sample = Sample(0, 100.0, 4, rate=40, busy=2.0, service_ms=50.0)
-    assert projected_latency_ms(sample, 4) == pytest.approx(100.0)
-    assert projected_latency_ms(sample, 3) == pytest.approx(50 * (1 + 1.0 * (2 / 3) / (1 / 3)))  # 150 ms
-    assert projected_latency_ms(sample, 2) == float("inf")  # 100% busy: the queue grows without bound
-    assert projected_latency_ms(Sample(0, 100.0, 4, rate=40), 3) is None  # no busy time recorded
+    factor = queueing_factor([sample], None)
+    assert factor == pytest.approx(1.0)
+    assert projected_latency_ms(sample, 4, factor) == pytest.approx(100.0)
+    assert projected_latency_ms(sample, 3, factor) == pytest.approx(50 * (1 + 1.0 * (2 / 3) / (1 / 3)))  # 150 ms
+    assert projected_latency_ms(sample, 2, factor) == float("inf")  # 100% busy: the queue grows without bound
+    assert projected_latency_ms(Sample(0, 100.0, 4, rate=40), 3, factor) is None  # no busy time recorded
+    # Within a minute after a scale action the summary is not settled: the default factor.
+    assert queueing_factor([sample], last_scale_at=-10) == 3.0
 
 
 def test_the_service_time_floor_stops_a_scale_down_that_latency_alone_would_allow():
@@ -104,3 +108,14 @@ def test_the_service_time_floor_stops_a_scale_down_that_latency_alone_would_allo
     assert decide(quiet, 8, 8, policy, None, 35).replicas == 7
     busier = [Sample(t, 60.0, 4, rate=80, busy=4.0 * 0.8, service_ms=50.0) for t in range(0, 40, 5)]
     assert decide(busier, 4, 4, policy, None, 35).reason == "SLOMet"  # 3 replicas would be 107% busy
+
+
+def test_a_stale_summary_after_a_scale_up_does_not_overshoot_what_busy_time_needs():
+    """25 s after 2 -> 4, 3 of 4 replicas are busy, but Triton's minute-long summary still shows the
+    saturated past (1600 ms): the latency ratio asks for 8, the busy time projects 6 enough."""
+    policy = Policy(target_ms=200, percentile="p95", min_replicas=1, max_replicas=8)
+    stale = [Sample(0, 1600.0, 4, rate=60, busy=3.0, service_ms=50.0)]
+    decision = decide(stale, 4, 4, policy, -25, 0)
+    assert (decision.replicas, decision.reason) == (6, "ScaledUp")
+    saturated = [Sample(0, 1600.0, 2, rate=40, busy=2.0, service_ms=50.0)]
+    assert decide(saturated, 2, 2, policy, -25, 0).replicas == 4  # all busy: the 2x step stands

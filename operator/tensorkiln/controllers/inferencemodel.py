@@ -90,15 +90,12 @@ def _roll_out(
 def _report_scaling(state: ClusterState, model: dict, target: HardwareClass, outcome: Outcome) -> None:
     """An Event (and a metric) per scale action, posted once the action is applied; a Warning when
     the maximum is newly reached with the SLO still missed."""
-    if outcome.event is None:
-        return
-    type_, reason, message = outcome.event
-    events.post(state.core, model, type_, reason, f"{target.name}: {message}")
-    if reason in ("ScaledUp", "ScaledDown"):
-        meta = model["metadata"]
-        operator_metrics.record_scale_action(
-            meta["namespace"], meta["name"], target.name, reason.removeprefix("Scaled")
-        )
+    meta = model["metadata"]
+    for type_, reason, message in outcome.events:
+        events.post(state.core, model, type_, reason, f"{target.name}: {message}")
+        if reason in ("ScaledUp", "ScaledDown"):
+            direction = reason.removeprefix("Scaled").lower()
+            operator_metrics.record_scale_action(meta["namespace"], meta["name"], target.name, direction)
 
 
 def _previous_slo(model: dict, target: HardwareClass) -> dict:

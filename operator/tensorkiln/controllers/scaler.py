@@ -26,7 +26,7 @@ class Outcome:
     slo_status: dict  # TargetSLOStatus
     metrics: tuple[bool, str, str]  # SLOMetricsAvailable: status, reason, message
     decision: Decision | None
-    event: tuple[str, str, str] | None = None  # type, reason, message: this evaluation acted (or newly maxed out)
+    events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message): an action, reaching the maximum
 
 
 def policy_of(spec: dict, target: HardwareClass) -> Policy:
@@ -57,7 +57,7 @@ class Scaler:
         self.prometheus = prometheus  # a PrometheusConnect, or None when no URL is configured
         self._history: dict[tuple[str, str, str], list[Sample]] = {}
         self._last_scale: dict[tuple[str, str, str], float] = {}
-        self._last_reason: dict[tuple[str, str, str], str] = {}
+        self._warned_max: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
     def _record(self, key: tuple[str, str, str], sample: Sample) -> list[Sample]:
@@ -95,13 +95,17 @@ class Scaler:
         times = (_parse_time(previous.get("lastScaleTime")), self._last_scale.get(key))
         last_scale = max((t for t in times if t is not None), default=None)
         decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
-        event = None
+        events = []
         if decision.replicas != rollout.replicas:
             last_scale = self._last_scale[key] = now
-            event = ("Normal", decision.reason, decision.message)
-        elif decision.reason == "MaxReplicasReached" and self._last_reason.get(key) != decision.reason:
-            event = ("Warning", decision.reason, decision.message)
-        self._last_reason[key] = decision.reason
+            action = "ScaledUp" if decision.replicas > rollout.replicas else "ScaledDown"
+            events.append(("Normal", action, decision.message))
+            self._warned_max.discard(key)
+        if decision.reason == "MaxReplicasReached" and key not in self._warned_max:
+            events.append(("Warning", decision.reason, decision.message))
+            self._warned_max.add(key)  # once per stay at the maximum
+        elif decision.slo_met:
+            self._warned_max.discard(key)
         status = {
             "observedMilliseconds": round(latency, 3),
             "latencySource": "idle" if idle else obs.latency_source,
@@ -116,4 +120,4 @@ class Scaler:
         if last_scale is not None:
             status["lastScaleTime"] = _format_time(last_scale)
         metrics = (True, "MetricsFlowing", f"latency from {obs.latency_source}")
-        return Outcome(decision.replicas, status, metrics, decision, event)
+        return Outcome(decision.replicas, status, metrics, decision, tuple(events))

@@ -153,16 +153,30 @@ def _start_ticks(pid: int) -> int | None:
     return int(stat[19]) if stat else None
 
 
-def container_cpu_seconds(state_dir: Path, pod_uid: str, container: str) -> float | None:
-    """CPU seconds the running container's processes used so far (what cAdvisor reads from a
-    cgroup; here the session's processes). None when the container is not running."""
+def _container_session(state_dir: Path, pod_uid: str, container: str) -> tuple[int, int] | None:
+    """The running container's session id and its leader's start time, from its pid file."""
     try:
         sid, since = (int(field) for field in (state_dir / "pods" / pod_uid / container / "pid").read_text().split())
     except (OSError, ValueError):
         return None
+    return sid, since
+
+
+def container_cpu_seconds(state_dir: Path, pod_uid: str, container: str) -> float | None:
+    """CPU seconds the running container's processes used so far (what cAdvisor reads from a
+    cgroup; here the session's processes). None when the container is not running."""
+    session = _container_session(state_dir, pod_uid, container)
+    if session is None:
+        return None
     ticks = 0
-    for pid, session, started in _processes():
-        stat = _stat(pid) if session == sid and started >= since else None
+    for pid, sid, started in _processes():
+        stat = _stat(pid) if sid == session[0] and started >= session[1] else None
         if stat:
             ticks += sum(int(stat[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def signal_container(state_dir: Path, pod_uid: str, container: str, sig: int) -> int:
+    """Signal a running container's processes, as a crash or the OOM killer would; returns how many."""
+    session = _container_session(state_dir, pod_uid, container)
+    return 0 if session is None else _signal_session(*session, sig)

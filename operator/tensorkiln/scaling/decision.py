@@ -62,26 +62,40 @@ def capacity_per_replica(samples: list[Sample], target_ms: float) -> float | Non
     return max(loaded) if loaded else None
 
 
+SUMMARY_MEMORY_S = 60.0  # Triton's latency summaries keep about a minute of observations
 DEFAULT_QUEUEING_FACTOR = 3.0  # p95 of an exponential wait is ~3x its mean
 
 
-def projected_latency_ms(sample: Sample, replicas: int, instances: int = 1) -> float | None:
-    """Latency at the same load on `replicas` replicas; None without busy time or service time."""
+def _utilisation(sample: Sample, replicas: int, instances: int) -> float:
+    return sample.busy / (replicas * instances)
+
+
+def queueing_factor(samples: list[Sample], last_scale_at: float | None, instances: int = 1) -> float:
+    """How p95 latency grows with utilisation on this target: p95 = service * (1 + f * u / (1 - u)),
+    f learned from the newest settled observation. Observations within a minute after a scale
+    action are skipped: the summary still mixes in the latency from before it."""
+    for sample in reversed(samples):
+        if last_scale_at is not None and last_scale_at <= sample.at < last_scale_at + SUMMARY_MEMORY_S:
+            continue
+        if sample.busy is None or not sample.service_ms:
+            continue
+        u, wait = _utilisation(sample, sample.replicas, instances), sample.latency_ms - sample.service_ms
+        if 0.2 <= u < 0.9 and wait > 0:  # steady queueing; near saturation latency is not steady
+            return min(max(wait / (sample.service_ms * u / (1 - u)), 1.0), 10.0)
+    return DEFAULT_QUEUEING_FACTOR
+
+
+def projected_latency_ms(sample: Sample, replicas: int, factor: float, instances: int = 1) -> float | None:
+    """p95 latency at the sample's load on `replicas` replicas; None without busy or service time."""
     if sample.busy is None or not sample.service_ms or replicas < 1:
         return None
-    now, then = sample.busy / (sample.replicas * instances), sample.busy / (replicas * instances)
-    if then >= 1:
-        return math.inf
-    wait = sample.latency_ms - sample.service_ms
-    factor = DEFAULT_QUEUEING_FACTOR
-    if 0.2 <= now < 1 and wait > 0:  # enough queueing to calibrate on
-        factor = min(max(wait / (sample.service_ms * now / (1 - now)), 1.0), 10.0)
-    return sample.service_ms * (1 + factor * then / (1 - then))
+    u = _utilisation(sample, replicas, instances)
+    return math.inf if u >= 1 else sample.service_ms * (1 + factor * u / (1 - u))
 
 
-def _fits_one_fewer(sample: Sample, current: int, capacity: float | None, policy: Policy) -> bool:
+def _fits_one_fewer(sample: Sample, current: int, capacity: float | None, factor: float, policy: Policy) -> bool:
     fits = capacity is None or sample.rate / (current - 1) < capacity * policy.headroom
-    projected = projected_latency_ms(sample, current - 1, policy.instances)
+    projected = projected_latency_ms(sample, current - 1, factor, policy.instances)
     if projected is None:  # no busy time: assume latency grows with load per replica, conservatively
         projected = sample.latency_ms * sample.replicas / (current - 1)
     return fits and projected < policy.target_ms * policy.headroom
@@ -113,6 +127,15 @@ def decide(
             return Decision(current, "WaitingForReplicas", f"{ready}/{current} ready; measuring before acting", False)
         wanted = math.ceil(current * latest.latency_ms / policy.target_ms)
         wanted = min(max(wanted, current + 1), math.ceil(current * policy.max_step_factor))
+        # Triton's summary remembers a minute, so after a scale-up it still shows the saturated
+        # past and overstates the need; busy time is fresh. Take the fewest replicas projected to
+        # meet the target, if fewer than the latency ratio asks for.
+        factor = queueing_factor(samples, last_scale_at, policy.instances)
+        for replicas in range(current + 1, wanted):
+            projected = projected_latency_ms(latest, replicas, factor, policy.instances)
+            if projected is not None and projected <= policy.target_ms:
+                wanted = replicas
+                break
         if wanted > high:
             return Decision(
                 high, "MaxReplicasReached",
@@ -134,7 +157,8 @@ def decide(
         window = _over_window(samples, now, policy.scale_down_stabilization_s)
         covers = window and window[0].at <= now - policy.scale_down_stabilization_s + 5  # the window is observed
         capacity = capacity_per_replica(samples, policy.target_ms)
-        if covers and all(_fits_one_fewer(s, current, capacity, policy) for s in window):
+        factor = queueing_factor(samples, last_scale_at, policy.instances)
+        if covers and all(_fits_one_fewer(s, current, capacity, factor, policy) for s in window):
             return Decision(
                 current - 1, "ScaledDown",
                 f"for {policy.scale_down_stabilization_s:g}s the load fit in {current - 1} replicas with "

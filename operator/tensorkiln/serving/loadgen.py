@@ -107,7 +107,7 @@ class OpenLoopLoad:
                 phase_start = 0.0
                 for phase in phases:
                     at = phase_start + self.random.expovariate(phase.rate)
-                    while at < phase_start + phase.seconds:
+                    while at < phase_start + phase.seconds and not self._stop.is_set():
                         delay = at - (time.monotonic() - self.started_at)
                         if delay > 0:
                             time.sleep(delay)
@@ -118,6 +118,10 @@ class OpenLoopLoad:
             self._stop.set()
             follower.join()
         return sorted(self.results, key=lambda r: r.at)
+
+    def stop(self) -> None:
+        """End the run early: no more arrivals; requests in flight finish."""
+        self._stop.set()
 
     def elapsed(self) -> float:
         return 0.0 if self.started_at is None else time.monotonic() - self.started_at

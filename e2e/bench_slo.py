@@ -1,0 +1,301 @@
+"""Benchmark: TensorKiln's SLO scaler against an HPA-style CPU-utilisation policy, on the same
+step load (low, x4, low), on the local cluster's real node local-0, in one run.
+
+For each workload (tensorkiln.localcluster.slo_workloads: the SIMULATED fixed-service-time
+engine standing in for a GPU-bound one, and/or the real PP-OCR detector compiled on local-0):
+
+- `slo`: the InferenceModel with `slo.mode: Operator`; the operator reads Triton's metrics from
+  the local Prometheus and sets replicas through the Deployment's scale subresource.
+- `cpu-utilisation`: the same InferenceModel with `slo.mode: HPA`, so the operator leaves replicas
+  alone (the HPA it emits asks for an External metric that no adapter serves here, so the
+  cluster's HPA controller holds replicas). This script then plays the HPA controller with the
+  CPU-utilisation algorithm (tensorkiln.scaling.utilisation, target 70% of the CPU request,
+  15 s sync period, the same scale-down window as the SLO policy), reading each Triton pod's CPU
+  time from its processes on local-0 (what cAdvisor reads from cgroups on a real node), and
+  patches the same scale subresource.
+
+Both runs get the same open-loop Poisson arrivals (same seed), in fresh namespaces, one after the
+other. Latency is what clients saw (p95 over a 10 s sliding window, failed requests as infinite).
+Reported per policy: seconds to restore the SLO after the step, SLO-violation seconds,
+replica-seconds (pods that existed, ready or not). Writes e2e/results/slo.md and slo.png.
+
+Needs `tensorkiln cluster up`; starts its own operator (and stops a demo operator while it runs).
+Usage: .venv/bin/python e2e/bench_slo.py [--workloads simulated detector]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kubernetes import client
+from tensorkiln import kube, operator_runner
+from tensorkiln.localcluster import paths, prometheus
+from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, deploy
+from tensorkiln.localnode.runtime import container_cpu_seconds
+from tensorkiln.scaling.evaluation import report
+from tensorkiln.scaling.utilisation import UtilisationPolicy
+from tensorkiln.serving.loadgen import run_step_load
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORKLOADS = {"simulated": SIMULATED, "detector": DETECTOR}
+HPA_SYNC_S = 15.0
+CPU_TARGET = 0.7
+
+
+def wait(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise TimeoutError(what)
+
+
+class UtilisationController:
+    """The HPA controller's loop with the CPU-utilisation algorithm, for one Deployment on local-0."""
+
+    def __init__(self, api, namespace: str, deployment: str, pod_labels: dict, policy: UtilisationPolicy):
+        self.apps, self.core = client.AppsV1Api(api), client.CoreV1Api(api)
+        self.namespace, self.deployment, self.policy = namespace, deployment, policy
+        self.selector = ",".join(f"{k}={v}" for k, v in sorted(pod_labels.items()))
+        self._cpu: dict[str, tuple[float, float]] = {}  # pod uid -> (cpu seconds, at)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _utilisations(self) -> list[float]:
+        found = []
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items:
+            ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+            used = container_cpu_seconds(paths.LOCALNODE_STATE, pod.metadata.uid, "triton")
+            if used is None:
+                continue
+            now, before = time.monotonic(), self._cpu.get(pod.metadata.uid)
+            self._cpu[pod.metadata.uid] = (used, now)
+            request = _cores(pod.spec.containers[0].resources.requests["cpu"])
+            if ready and before is not None and now > before[1]:
+                found.append((used - before[0]) / (now - before[1]) / request)
+        return found
+
+    def _loop(self) -> None:
+        while not self._stop.wait(HPA_SYNC_S):
+            scale = self.apps.read_namespaced_deployment_scale(self.deployment, self.namespace)
+            current = scale.spec.replicas
+            wanted = self.policy.decide(current, self._utilisations(), time.monotonic())
+            if wanted != current:
+                self.apps.patch_namespaced_deployment_scale(
+                    self.deployment, self.namespace, {"spec": {"replicas": wanted}}, field_manager="bench-hpa"
+                )
+
+    def __enter__(self):
+        self._utilisations()  # the first CPU readings
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+        self._thread.join()
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir: Path, seed: int):
+    namespace = f"bench-slo-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        mode = "Operator" if policy == "slo" else "HPA"
+        deployment = deploy(api, registry_uri, namespace, workload, work_dir, ready_within=900, mode=mode)
+        slo = workload.slo
+        apps = client.AppsV1Api(api)
+        if policy != "slo":  # start where the SLO policy starts: at the minimum
+            apps.patch_namespaced_deployment_scale(
+                deployment, namespace, {"spec": {"replicas": slo["minReplicas"]}}, field_manager="bench-hpa"
+            )
+            wait(lambda: apps.read_namespaced_deployment(deployment, namespace).status.ready_replicas
+                 == slo["minReplicas"], 300, "minimum replicas ready")  # fmt: skip
+        phases = list(workload.phases)
+        run = lambda: run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, seed)  # noqa: E731
+        if policy == "slo":
+            requests, points = run()
+        else:
+            hpa = UtilisationPolicy(
+                CPU_TARGET, slo["minReplicas"], slo["maxReplicas"], slo["scaleDownStabilizationSeconds"]
+            )
+            with UtilisationController(
+                api,
+                namespace,
+                deployment,
+                apps.read_namespaced_deployment(deployment, namespace).spec.selector.match_labels,
+                hpa,
+            ):
+                requests, points = run()
+        reports, series = report(phases, requests, points, slo["targetMilliseconds"], slo["percentile"])
+        return {"requests": requests, "points": points, "reports": reports, "series": series}
+    finally:
+        core.delete_namespace(namespace)
+
+
+def _figures(result) -> dict:
+    reports = result["reports"]
+    step = reports[1]
+    return {
+        "restore": step.restore_s,
+        "violation": sum(r.violation_s for r in reports),
+        "replica_s": sum(r.replica_s for r in reports),
+        "max": max(max(r.replicas) for r in reports),
+        "requests": len(result["requests"]),
+        "failed": sum(1 for r in result["requests"] if not r.ok),
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(results), figsize=(7 * len(results), 7), squeeze=False, sharex="col")
+    for column, (name, (workload, by_policy)) in enumerate(results.items()):
+        top, bottom = axes[0][column], axes[1][column]
+        target = workload.slo["targetMilliseconds"]
+        for policy, result in by_policy.items():
+            times = [t for t, v in result["series"]]
+            values = [min(v, 10 * target) if v is not None else float("nan") for t, v in result["series"]]
+            top.plot(times, values, label=f"{policy}: client p95")
+            bottom.step([p.at for p in result["points"]], [p.replicas for p in result["points"]], where="post",
+                        label=f"{policy}: replicas")  # fmt: skip
+        top.axhline(target, color="red", linestyle="--", label=f"target {target:g} ms")
+        top.set_yscale("log")
+        top.set_ylabel("p95 latency, ms (10 s window)")
+        bottom.set_ylabel("replicas")
+        bottom.set_xlabel("seconds since the load started")
+        start = 0.0
+        for phase in workload.phases:
+            for axis in (top, bottom):
+                axis.axvspan(start, start + phase.seconds, alpha=0.06 if phase.name == "high" else 0.0, color="k")
+            start += phase.seconds
+        top.set_title(f"{name}" + (" (SIMULATION of a GPU-bound engine)" if workload.simulated_service_ms else ""))
+        top.legend(fontsize=8)
+        bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(results: dict, started: datetime, load_before, load_after) -> str:
+    lines = [
+        "# SLO scaling benchmark: the SLO scaler vs an HPA-style CPU-utilisation policy",
+        "",
+        f"`e2e/bench_slo.py`, {started:%Y-%m-%d %H:%M} UTC, on the local cluster's real node local-0 "
+        f"({os.cpu_count()} CPUs, {platform.machine()}). 1/5/15-minute load average before: "
+        f"{' / '.join(f'{x:.2f}' for x in load_before)}, after: {' / '.join(f'{x:.2f}' for x in load_after)}. "
+        "The load generator, Triton, Prometheus, the control plane and the operator share these CPUs.",
+        "",
+        "Both policies get the same open-loop Poisson arrivals (same seed) through the Service's ready pods. "
+        "Latency is client-side: p95 over a 10 s sliding window, every second; a failed request counts as "
+        "infinitely slow. Violation seconds: seconds where that p95 was over target. Restore: seconds after "
+        "the step until the SLO held for the rest of the high phase. Replica-seconds: pods that existed "
+        "(ready or not) integrated over the run. The utilisation policy is Kubernetes' HPA algorithm on CPU "
+        f"(target {CPU_TARGET:.0%} of the CPU request, 10% tolerance, {HPA_SYNC_S:g} s sync, scale-up at most "
+        "max(2x, +4), scale-down to the highest recommendation of the same window as the SLO policy), reading "
+        "each Triton pod's CPU time from its processes on local-0.",
+        "",
+    ]
+    for name, (workload, by_policy) in results.items():
+        slo = workload.slo
+        phases = ", ".join(f"{p.name} {p.rate:g} req/s for {p.seconds:g} s" for p in workload.phases)
+        lines += [
+            f"## {name}" + (" (SIMULATION)" if workload.simulated_service_ms else ""),
+            "",
+            (
+                f"SIMULATED fixed-service-time engine ({workload.simulated_service_ms:g} ms per batch, no batching, "
+                "computes nothing) standing in for a GPU-bound engine. "
+                if workload.simulated_service_ms
+                else "PP-OCR's text detector at 480x480 compiled on local-0 (OpenVINO FP32), one instance, one thread. "
+            )
+            + f"SLO {slo['percentile']} < {slo['targetMilliseconds']:g} ms, replicas {slo['minReplicas']}-"
+            f"{slo['maxReplicas']}, scale-down window {slo['scaleDownStabilizationSeconds']} s. Load: {phases}.",
+            "",
+            "| policy | restore after step (s) | violation s | replica-seconds | most replicas | requests | failed |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        figures = {policy: _figures(result) for policy, result in by_policy.items()}
+        for policy, f in figures.items():
+            restore = "not restored" if f["restore"] is None else f"{f['restore']:.0f}"
+            lines.append(
+                f"| {policy} | {restore} | {f['violation']:.0f} | {f['replica_s']:.0f} | {f['max']} | "
+                f"{f['requests']} | {f['failed']} |"
+            )
+        lines += ["", "Per phase (replicas asked for, in order; violation seconds; restore seconds):", ""]
+        for policy, result in by_policy.items():
+            for r in result["reports"]:
+                lines.append(
+                    f"- {policy}, {r.name}: replicas {r.replicas}, {r.violation_s:.0f} s violated, "
+                    f"restore {r.restore_s if r.restore_s is None else round(r.restore_s)}, "
+                    f"{r.direction_changes} direction changes"
+                )
+        slo_f, cpu_f = figures.get("slo"), figures.get("cpu-utilisation")
+        if slo_f and cpu_f:
+            fewer = slo_f["violation"] < cpu_f["violation"]
+            cheaper = slo_f["replica_s"] <= cpu_f["replica_s"]
+            verdict = "met" if fewer and cheaper else "not met"
+            lines += [
+                "",
+                f"Goal (fewer violation seconds than the utilisation policy at no more replica-seconds): **{verdict}** "
+                f"({slo_f['violation']:.0f} vs {cpu_f['violation']:.0f} violation s; "
+                f"{slo_f['replica_s']:.0f} vs {cpu_f['replica_s']:.0f} replica-seconds).",
+            ]
+        lines.append("")
+    lines += ["![latency and replicas over time](slo.png)", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    started, load_before = datetime.now(UTC), os.getloadavg()
+    operator_runner.stop()  # one operator acts; this one has the benchmark's registry
+    with tempfile.TemporaryDirectory() as work, kube.api_client(os.environ["KUBECONFIG"]) as api:
+        registry_uri = f"file://{work}/registry"
+        env = {**os.environ, "TENSORKILN_REGISTRY_URI": registry_uri, "TENSORKILN_SERVING_RUNTIME": "python-backend",
+               "TENSORKILN_PROMETHEUS_URL": prometheus.url(), "TENSORKILN_RESYNC_SECONDS": "5",
+               "TENSORKILN_METRICS_PORT": "0", "TENSORKILN_HEALTH_PORT": "0"}  # fmt: skip
+        log = open(Path(work) / "operator.log", "ab")
+        operator = subprocess.Popen([sys.executable, "-m", "tensorkiln", "operator", "run"], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            results = {}
+            for name in args.workloads:
+                workload = WORKLOADS[name]
+                by_policy = {}
+                for policy in ("slo", "cpu-utilisation"):
+                    print(f"{name}: {policy} ...", flush=True)
+                    by_policy[policy] = run_policy(api, workload, policy, registry_uri, Path(work), args.seed)
+                    print(f"  {_figures(by_policy[policy])}", flush=True)
+                results[name] = (workload, by_policy)
+        finally:
+            operator.terminate()
+            operator.wait()
+    RESULTS.mkdir(exist_ok=True)
+    plot(results, RESULTS / "slo.png")
+    (RESULTS / "slo.md").write_text(write_report(results, started, load_before, os.getloadavg()))
+    print((RESULTS / "slo.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

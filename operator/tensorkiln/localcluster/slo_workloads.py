@@ -1,0 +1,152 @@
+"""The two step-load workloads that show SLO scaling on the local node (tests/integration/
+test_slo_scaling.py, e2e/bench_slo.py).
+
+local-0 has 2 CPUs, so the cluster's real capacity is small; each workload makes the capacity of
+one replica the bottleneck:
+- `SIMULATED`: a SIMULATION of a GPU-bound engine: the rapidocr classifier's interface served by
+  a fixed-service-time engine (origin "simulation", see engine_seeds) that computes nothing, so
+  2 CPUs can hold 8 replicas and the scaler can be seen going to 6 and more;
+- `DETECTOR`: a real model, PP-OCR's text detector at 480x480, compiled on local-0 (OpenVINO FP32
+  only, for a short compile), one instance and one thread per pod; under the high load one
+  replica misses the SLO and two meet it.
+"""
+
+import copy
+import dataclasses
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from kubernetes import client
+
+from tensorkiln.api import GROUP, VERSION
+from tensorkiln.builders.serving import target_name
+from tensorkiln.hardware.classes import discover
+from tensorkiln.hardware.selection import select_targets
+from tensorkiln.localcluster.engine_seeds import publish_simulation
+from tensorkiln.localcluster.ocr_models import CLS, DET, OcrModel
+from tensorkiln.registry.manifest import TensorInfo
+from tensorkiln.serving.loadgen import Phase
+
+STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln cluster up` stages the models
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # the InferenceModel's name
+    model: OcrModel
+    spec: dict
+    phases: tuple[Phase, ...]  # low, x4, low
+    simulated_service_ms: float | None = None  # a simulation: publish its engine before applying
+
+    @property
+    def slo(self) -> dict:
+        return self.spec["slo"]
+
+    def manifest(self, namespace: str, mode: str = "Operator") -> dict:
+        spec = copy.deepcopy(self.spec)
+        spec["slo"]["mode"] = mode
+        return {
+            "apiVersion": "tensorkiln.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": self.name, "namespace": namespace},
+            "spec": spec,
+        }
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        return {"x": self.model.samples(1)}
+
+    def tensors(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
+        """The classifier's input and output, for the simulated engine's manifest."""
+        x = TensorInfo(name="x", data_type="FP32", dims=[-1, 3, self.model.height, self.model.width])
+        return [x], [TensorInfo(name="save_infer_model/scale_0.tmp_1", data_type="FP32", dims=[-1, 2])]
+
+
+def _source(model: OcrModel) -> dict:
+    path = STAGED / model.path.name
+    return {"uri": f"file://{path}", "sha256": hashlib.sha256(model.path.read_bytes()).hexdigest()}
+
+
+CPU_ONLY = {"mode": "Auto", "includeCPU": True, "exclude": ["*"]}  # local-0's CPU pool, no simulated GPUs
+
+SIMULATED = Workload(
+    name="simulated-gpu-engine",
+    model=CLS,
+    spec={
+        "source": _source(CLS),
+        "shapes": CLS.shapes(8),
+        "hardware": CPU_ONLY,
+        "compile": {"precisions": ["FP32"]},
+        "serving": {
+            "maxBatchSize": 8,
+            "dynamicBatching": {"enabled": False},  # one request per execution: 20 requests/s per replica
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},  # it sleeps: room for 8 on local-0
+        },
+        "slo": {
+            "percentile": "p95",
+            "targetMilliseconds": 200,
+            "minReplicas": 2,
+            "maxReplicas": 8,
+            "scaleDownStabilizationSeconds": 20,
+        },
+    },
+    phases=(Phase("low", 15, 60), Phase("high", 60, 150), Phase("low-again", 15, 150)),
+    simulated_service_ms=50,
+)
+
+_DET_480 = dataclasses.replace(DET, height=480, width=480)  # about 43 ms per image on one thread here
+
+DETECTOR = Workload(
+    name="ocr-det",
+    model=_DET_480,
+    spec={
+        "source": _source(DET),
+        "shapes": _DET_480.shapes(1),
+        "hardware": CPU_ONLY,
+        "compile": {
+            "precisions": ["FP32"],
+            "compilers": {"cpu": ["OpenVINO"]},
+            "objective": {"metric": "LatencyP95", "batchSize": 1},
+        },
+        "serving": {"maxBatchSize": 1, "dynamicBatching": {"enabled": False}},
+        "slo": {
+            "percentile": "p95",
+            "targetMilliseconds": 200,
+            "minReplicas": 1,
+            "maxReplicas": 2,  # local-0's 2 CPUs
+            "scaleDownStabilizationSeconds": 20,
+        },
+    },
+    # ~43 ms per image: one replica is 86% busy at 20 requests/s (p95 far over 200 ms), two are 43% busy.
+    phases=(Phase("low", 5, 45), Phase("high", 20, 120), Phase("low-again", 5, 120)),
+)
+
+
+def deploy(
+    api: client.ApiClient,
+    registry_uri: str,
+    namespace: str,
+    workload: Workload,
+    work_dir: Path,
+    ready_within: float,
+    mode: str = "Operator",
+) -> str:
+    """Apply the workload's InferenceModel (publishing its simulated engine first, if it is one,
+    to the registry the operator uses) and wait until it serves; returns its Deployment's name."""
+    model = workload.manifest(namespace, mode)
+    nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
+    (target,) = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
+    if workload.simulated_service_ms is not None:
+        inputs, outputs = workload.tensors()
+        publish_simulation(registry_uri, model, target, work_dir, workload.simulated_service_ms, inputs, outputs)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
+    deadline = time.monotonic() + ready_within
+    while time.monotonic() < deadline:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", workload.name)
+        if found.get("status", {}).get("phase") == "Ready":
+            return target_name(workload.name, target)
+        time.sleep(2)
+    raise TimeoutError(f"{namespace}/{workload.name} not Ready within {ready_within:g} s")
