@@ -9,6 +9,7 @@ from tensorkiln.localcluster import paths, processes, prometheus
 
 PIDFILE = paths.OPERATOR_STATE / "operator.pid"
 LOGFILE = paths.OPERATOR_STATE / "operator.log"
+LOCAL_WEBHOOK = "tensorkiln-local"  # the ValidatingWebhookConfiguration of `operator start`
 
 
 def run(namespaces: list[str], log_format: str | None = None) -> None:
@@ -21,6 +22,10 @@ def run(namespaces: list[str], log_format: str | None = None) -> None:
     logs.configure(log_format or settings.log_format)
     metrics.WatchReconnectCounter.install()
     handlers.WATCHED_NAMESPACES[:] = namespaces
+    if settings.webhook_port:  # kopf refuses admission handlers without a server: register only then
+        from tensorkiln.admission import webhook
+
+        webhook.register(settings, namespaces)
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
@@ -43,6 +48,12 @@ def start() -> int:
         "PYTHONUNBUFFERED": "1",
         # Human-readable lines in operator.log; JSON (the default) in a cluster.
         "TENSORKILN_LOG_FORMAT": os.environ.get("TENSORKILN_LOG_FORMAT", "full"),
+        # file:// sources only from where `cluster up` stages the sample models.
+        "TENSORKILN_MODEL_FILE_ROOTS": str(paths.SAMPLE_MODELS),
+        # The admission webhook, registered by the operator itself at https://127.0.0.1:<port>
+        # (failurePolicy Ignore: InferenceModels are still admitted while the operator is down).
+        "TENSORKILN_WEBHOOK_PORT": os.environ.get("TENSORKILN_WEBHOOK_PORT", "9443"),
+        "TENSORKILN_WEBHOOK_MANAGED": LOCAL_WEBHOOK,
     }
     paths.OPERATOR_STATE.mkdir(parents=True, exist_ok=True)
     return processes.start([sys.executable, "-m", "tensorkiln", "operator", "run"], PIDFILE, LOGFILE, env=env)

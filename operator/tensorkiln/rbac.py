@@ -1,7 +1,7 @@
 """Every Kubernetes API call the operator makes, as data: the Helm chart's RBAC must grant exactly these.
 
 One row per (API group, resource) with the verbs used and where, derived from the code:
-controllers/ (state.py, handlers.py, events.py, compilejob.py, inferencemodel.py, scaler.py) and
+controllers/ (state.py, handlers.py, events.py, compilejob.py, inferencemodel.py, scaler.py), admission/ and
 what kopf itself does (it lists and watches what it handles, patches its progress annotations
 onto InferenceModels and CompileJobs, posts Events, watches CRDs and, when watching some
 namespaces only, namespaces; with peering it lists, watches and patches its peering objects).
@@ -94,6 +94,13 @@ CALLS: tuple[ApiCall, ...] = (
         "spec.slo.mode HPA: read, applied",
     ),
     ApiCall("", "events", ("create",), WATCHED, "controllers.events and kopf's own warnings"),
+    ApiCall(
+        "",
+        "persistentvolumeclaims",
+        ("get",),
+        WATCHED,
+        "admission checks (webhook and reconciler): pvc:// sources and the registry's claim exist",
+    ),
     # Cluster-scoped reads.
     ApiCall("", "nodes", ("list",), CLUSTER, "hardware classes are discovered from node labels"),
     ApiCall(

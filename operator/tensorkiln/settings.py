@@ -1,7 +1,7 @@
 """Operator settings, read once from the environment (the Helm chart sets them)."""
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tensorkiln_compiler import __version__ as COMPILER_VERSION
 
@@ -29,6 +29,27 @@ class Settings:
     # json: one JSON object per line with the object's namespace and name (in-cluster default);
     # full: kopf's human-readable lines ([namespace/name] prefixed); plain: the message only.
     log_format: str = "json"
+    # Directories file:// model sources may name (the compile pod mounts the file's directory from
+    # the node): TENSORKILN_MODEL_FILE_ROOTS, colon-separated; set and empty refuses file://. Unset:
+    # none in a pod (a real cluster: the chart sets it empty), the local cluster's staging
+    # directory (/var/lib/tensorkiln/models) when run outside one, as the tests and the demo do.
+    model_file_roots: tuple[str, ...] = field(default_factory=tuple)
+    # Admission webhook (tensorkiln.admission): HTTPS port, 0 = not served.
+    webhook_port: int = 0
+    # Where the webhook listens (the chart: every interface, behind its Service).
+    webhook_address: str = "0.0.0.0"
+    # tls.crt and tls.key from cert-manager or the operator-filled Secret, mounted by the chart.
+    webhook_cert_dir: str = "/etc/tensorkiln/webhook"
+    # No cert-manager: the operator keeps a self-signed certificate in this Secret (namespace
+    # POD_NAMESPACE), for the DNS name of this Service, and writes its CA into the caBundle of this
+    # ValidatingWebhookConfiguration (the chart's).
+    webhook_cert_secret: str | None = None
+    webhook_service: str | None = None
+    webhook_configuration: str | None = None
+    pod_namespace: str | None = None
+    # The local cluster: the operator itself creates this ValidatingWebhookConfiguration, pointed at
+    # https://127.0.0.1:<port> with a self-signed CA, failurePolicy Ignore, and deletes it on exit.
+    webhook_managed: str | None = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -42,4 +63,24 @@ class Settings:
             metrics_port=int(os.environ.get("TENSORKILN_METRICS_PORT", cls.metrics_port)),
             health_port=int(os.environ.get("TENSORKILN_HEALTH_PORT", cls.health_port)),
             log_format=os.environ.get("TENSORKILN_LOG_FORMAT", cls.log_format).lower(),
+            model_file_roots=_model_file_roots(),
+            webhook_port=int(os.environ.get("TENSORKILN_WEBHOOK_PORT") or 0),
+            webhook_address=os.environ.get("TENSORKILN_WEBHOOK_ADDRESS") or cls.webhook_address,
+            webhook_cert_dir=os.environ.get("TENSORKILN_WEBHOOK_CERT_DIR") or cls.webhook_cert_dir,
+            webhook_cert_secret=os.environ.get("TENSORKILN_WEBHOOK_CERT_SECRET") or None,
+            webhook_service=os.environ.get("TENSORKILN_WEBHOOK_SERVICE") or None,
+            webhook_configuration=os.environ.get("TENSORKILN_WEBHOOK_CONFIGURATION") or None,
+            pod_namespace=os.environ.get("POD_NAMESPACE") or None,
+            webhook_managed=os.environ.get("TENSORKILN_WEBHOOK_MANAGED") or None,
         )
+
+
+# The local cluster's staging directory (localcluster.paths.SAMPLE_MODELS), without importing it.
+LOCAL_MODEL_ROOT = os.path.join(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln"), "models")
+
+
+def _model_file_roots() -> tuple[str, ...]:
+    value = os.environ.get("TENSORKILN_MODEL_FILE_ROOTS")
+    if value is None:
+        return () if os.environ.get("KUBERNETES_SERVICE_HOST") else (LOCAL_MODEL_ROOT,)
+    return tuple(root for root in value.split(":") if root)

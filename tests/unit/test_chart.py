@@ -486,3 +486,51 @@ def test_kustomization_builds_with_the_samples(helm):
     samples = [yaml.safe_load(p.read_text()) for p in (paths.MANIFESTS_DIR / "samples").glob("*.yaml")]
     assert len(of_kind(docs, "InferenceModel")) == len(samples)
     assert one(docs, "Deployment")["metadata"]["name"] == "tensorkiln"
+
+
+def _operator_settings(monkeypatch, docs):
+    """Settings.from_env() under the Deployment's env (fieldRefs as the kubelet resolves them)."""
+    from tensorkiln.settings import Settings
+
+    for name, value in env(operator_container(docs)).items():
+        if isinstance(value, dict) and value.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            value = NAMESPACE
+        if isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    return Settings.from_env()
+
+
+def test_webhook_is_served_where_the_chart_calls_it(helm, monkeypatch):
+    from tensorkiln.admission import webhook
+
+    docs = render({"webhook": {"enabled": True, "port": 9555}})
+    (hook,) = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"]["service"]["path"] == f"/{webhook.HANDLER_ID}"  # kopf serves /<handler id>
+    assert hook["name"] == webhook.WEBHOOK_NAME
+    assert {"name": "webhook", "containerPort": 9555, "protocol": "TCP"} in operator_container(docs)["ports"]
+    settings = _operator_settings(monkeypatch, docs)
+    assert settings.webhook_port == 9555 and settings.webhook_managed is None
+    # No cert-manager: the operator keeps the certificate in the chart's Secret, for the Service.
+    assert settings.webhook_cert_secret == one(docs, "Secret")["metadata"]["name"] == f"{FULLNAME}-webhook-tls"
+    assert settings.webhook_service == settings.webhook_configuration == f"{FULLNAME}-webhook"
+    assert settings.pod_namespace == NAMESPACE
+    # The local cluster's own configuration has the chart's rules.
+    local = webhook.build_configuration("local", {"url": "https://127.0.0.1:9443/validate-inferencemodel"}, [])
+    assert local["webhooks"][0]["rules"] == hook["rules"]
+    assert local["webhooks"][0]["failurePolicy"] == "Ignore"
+
+
+def test_webhook_with_cert_manager_reads_the_mounted_certificate(helm, monkeypatch):
+    docs = render({"webhook": {"enabled": True}}, api_versions=[CERT_MANAGER])
+    settings = _operator_settings(monkeypatch, docs)
+    assert settings.webhook_port == 9443 and settings.webhook_cert_secret is None
+    mount = next(m for m in operator_container(docs)["volumeMounts"] if m["name"] == "webhook-cert")
+    assert settings.webhook_cert_dir == mount["mountPath"]
+
+
+def test_file_sources_are_refused_unless_roots_are_given(helm, monkeypatch):
+    settings = _operator_settings(monkeypatch, render())
+    assert settings.model_file_roots == () and settings.webhook_port == 0
+    docs = render({"modelFileRoots": ["/var/lib/models", "/srv/onnx"]})
+    assert _operator_settings(monkeypatch, docs).model_file_roots == ("/var/lib/models", "/srv/onnx")
+    assert "modelFileRoots" in refused(helm, {"modelFileRoots": ["relative/path"]})

@@ -42,6 +42,9 @@ MODEL_URI_PATTERN = (
     r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/\S+)$"
 )
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
+# A `..` path segment, plain or percent-encoded (the fetcher decodes the path): a host-path escape
+# for file://, a climb out of the claim for pvc://. RE2 (CEL) and Python's re read it alike.
+DOT_DOT_SEGMENT = r"(?i)(/|%2f)(\.|%2e)(\.|%2e)(/|%2f|$)"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -236,8 +239,19 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+def _no_dot_dot(field: str) -> Rule:
+    return Rule(
+        field,
+        f"!self.{field}.matches('{DOT_DOT_SEGMENT.replace(chr(92), chr(92) * 2)}')",
+        "must not contain a '..' path segment (plain or percent-encoded): give the file's direct path",
+        lambda obj: re.search(DOT_DOT_SEGMENT, getattr(obj, _field_name(type(obj), field))) is None,
+    )
+
+
 class ModelSource(SpecModel):
     """Where the model is fetched from, and how to verify it."""
+
+    cel_rules = (_no_dot_dot("uri"),)
 
     uri: str = Field(
         min_length=1,
@@ -345,6 +359,8 @@ class ResourceRequirements(SpecModel):
 
 class Calibration(SpecModel):
     """Calibration data for INT8 engines."""
+
+    cel_rules = (_no_dot_dot("datasetUri"),)
 
     dataset_uri: str = Field(
         min_length=1,

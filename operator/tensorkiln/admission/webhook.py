@@ -1,0 +1,273 @@
+"""The validating admission webhook for InferenceModels, served by kopf (`@kopf.on.validate`).
+
+kopf serves each admission handler at /<handler id>: the id is `validate-inferencemodel`, the path
+the chart's ValidatingWebhookConfiguration calls. It refuses what the CRD's schema and CEL cannot
+see (tensorkiln.admission.checks: file:// outside the allowed roots, a missing claim or Secret)
+with a message naming the field and the fix, and returns warnings (hardware matching no node, an
+SLO target below the measured latency) that kubectl prints as `Warning:` lines.
+
+Certificates, by settings (TENSORKILN_WEBHOOK_*), first match wins:
+
+- managed (the local cluster): a self-signed CA, a server certificate for 127.0.0.1, and a
+  ValidatingWebhookConfiguration of our own pointing at https://127.0.0.1:<port> (failurePolicy
+  Ignore; only the watched namespaces), deleted again when the operator stops. kopf's own managed
+  mode is not used: its configuration has no namespaceSelector, so an operator limited to one
+  namespace would review every namespace's InferenceModels, and it adds a mutating configuration.
+- cert Secret (the chart without cert-manager): the operator keeps a CA and certificate for its
+  Service in that Secret (reused while valid) and writes the CA into the chart's configuration.
+- files (cert-manager, or any mounted Secret): tls.crt and tls.key under the cert directory;
+  kopf reloads them when they change.
+
+Registered only when TENSORKILN_WEBHOOK_PORT is set: kopf refuses to start with admission
+handlers and no server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import kopf
+from kubernetes import client
+from pydantic import ValidationError
+
+from tensorkiln import kube
+from tensorkiln.admission import certificates, checks
+from tensorkiln.admission import cluster as admission_cluster
+from tensorkiln.api import GROUP, VERSION, InferenceModelSpec, field_errors
+from tensorkiln.builders.labels import HARDWARE_CLASS
+from tensorkiln.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HANDLER_ID = "validate-inferencemodel"  # kopf serves it at /validate-inferencemodel
+WEBHOOK_NAME = "validate.inferencemodels.tensorkiln.dev"
+MANAGED_BY = "tensorkiln-operator"
+MANAGED_HOST = "127.0.0.1"
+
+
+def judge(model: dict, old: dict | None, operation: str, review, namespaces: list[str]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for one admission request; `review(model, spec)` gives the findings.
+
+    Nothing is checked for objects outside the watched namespaces, objects being deleted, or an
+    UPDATE that leaves the spec alone (kopf's own annotation patches, finalizer removal): a
+    Secret deleted later must never stop the object from being updated or deleted.
+    """
+    meta = model.get("metadata", {})
+    if namespaces and meta.get("namespace") not in namespaces:
+        return [], []
+    if meta.get("deletionTimestamp"):
+        return [], []
+    if operation == "UPDATE" and old is not None and old.get("spec") == model.get("spec"):
+        return [], []
+    try:
+        spec = InferenceModelSpec.model_validate(model.get("spec") or {})
+    except ValidationError as error:
+        return field_errors(error), []
+    findings = review(model, spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    return [f.message for f in findings if f.is_error], [f.message for f in findings if not f.is_error]
+
+
+def review_in_cluster(model: dict, spec: dict) -> list[checks.Finding]:
+    """The findings from the operator's shared cluster state and registry (controllers.handlers)."""
+    from tensorkiln.controllers import handlers
+
+    state = handlers.state()
+    meta = model["metadata"]
+    existing = {}
+    if meta.get("name"):
+        existing = {
+            cj["metadata"].get("labels", {}).get(HARDWARE_CLASS): cj
+            for cj in state.compile_jobs(meta["namespace"], meta["name"])
+        }
+    try:
+        registry = handlers.registry()
+    except Exception as error:  # an unreachable registry only loses the latency check
+        log.debug("registry unavailable for admission: %s", error)
+        registry = None
+    model = {**model, "metadata": {"uid": "", **meta}}  # a CREATE may not carry a uid yet
+    return admission_cluster.review(state, registry, handlers.SETTINGS, model, spec, existing, cache_lookup=True)
+
+
+def build_configuration(
+    name: str, client_config: dict, namespaces: list[str], *, failure_policy: str = "Ignore", timeout_seconds: int = 5
+) -> dict:
+    """The ValidatingWebhookConfiguration the operator manages on the local cluster: the chart's
+    webhook (same name, rules and path) with a URL instead of a Service."""
+    webhook = {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "timeoutSeconds": timeout_seconds,
+        "clientConfig": client_config,
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "resources": ["inferencemodels"],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }
+        ],
+    }
+    if namespaces:
+        webhook["namespaceSelector"] = {
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]
+        }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
+        "webhooks": [webhook],
+    }
+
+
+class _Server(kopf.WebhookServer):
+    """kopf's server, calling `on_listening(url)` (in a thread) once it listens: only then is the
+    configuration pointed at it."""
+
+    def __init__(self, *, on_listening=None, **kwargs):
+        super().__init__(**kwargs)
+        self._on_listening = on_listening
+
+    async def __call__(self, fn):
+        async for client_config in super().__call__(fn):
+            if self._on_listening is not None:
+                await asyncio.to_thread(self._on_listening, client_config["url"])
+            yield client_config
+
+
+def _write_files(bundle: certificates.Bundle) -> tuple[str, str]:
+    directory = Path(tempfile.mkdtemp(prefix="tensorkiln-webhook-"))  # 0700
+    (directory / "tls.crt").write_bytes(bundle.cert)
+    key = directory / "tls.key"
+    key.touch(mode=0o600)
+    key.write_bytes(bundle.key)
+    return str(directory / "tls.crt"), str(key)
+
+
+def _admission_api() -> client.AdmissionregistrationV1Api:
+    from tensorkiln.controllers import handlers
+
+    return client.AdmissionregistrationV1Api(handlers.state().api)
+
+
+def _ca_bundle(bundle: certificates.Bundle) -> str:
+    return base64.b64encode(bundle.ca).decode()
+
+
+def delete_managed(name: str) -> None:
+    try:
+        _admission_api().delete_validating_webhook_configuration(name)
+        log.info("ValidatingWebhookConfiguration %s deleted", name)
+    except client.ApiException as error:
+        if error.status != 404:
+            log.warning("cannot delete ValidatingWebhookConfiguration %s: %s", name, error.reason)
+
+
+def _managed_server(settings: Settings, namespaces: list[str]) -> _Server:
+    bundle = certificates.issue([MANAGED_HOST, "localhost"])
+    certfile, pkeyfile = _write_files(bundle)
+
+    def register(url: str) -> None:
+        from tensorkiln.controllers import handlers
+
+        url = f"{url.rstrip('/')}/{HANDLER_ID}"  # kopf routes /<handler id> to the handler
+        config = build_configuration(settings.webhook_managed, {"url": url, "caBundle": _ca_bundle(bundle)}, namespaces)
+        kube.apply(handlers.state().dynamic, config)
+        log.info("ValidatingWebhookConfiguration %s points at %s", settings.webhook_managed, url)
+
+    return _Server(
+        addr=MANAGED_HOST,
+        host=MANAGED_HOST,
+        port=settings.webhook_port,
+        certfile=certfile,
+        pkeyfile=pkeyfile,
+        on_listening=register,
+    )
+
+
+def _secret_bundle(core: client.CoreV1Api, settings: Settings, hostnames: list[str]) -> certificates.Bundle:
+    """The certificate kept in the Secret the chart created empty; a new one when unusable."""
+    namespace, name = settings.pod_namespace, settings.webhook_cert_secret
+    data = core.read_namespaced_secret(name, namespace).data or {}
+    if {"ca.crt", "tls.crt", "tls.key"} <= data.keys():
+        kept = certificates.Bundle(*(base64.b64decode(data[k]) for k in ("ca.crt", "tls.crt", "tls.key")))
+        if certificates.usable(kept, hostnames):
+            return kept
+    bundle = certificates.issue(hostnames)
+    encoded = {k: base64.b64encode(v).decode() for k, v in bundle.as_secret_data().items()}
+    core.patch_namespaced_secret(name, namespace, {"data": encoded})
+    log.info("issued a webhook certificate for %s into Secret %s/%s", hostnames[0], namespace, name)
+    return bundle
+
+
+def _secret_server(settings: Settings) -> _Server:
+    from tensorkiln.controllers import handlers
+
+    if not (settings.pod_namespace and settings.webhook_service and settings.webhook_configuration):
+        raise kopf.PermanentError(
+            "TENSORKILN_WEBHOOK_CERT_SECRET needs POD_NAMESPACE, TENSORKILN_WEBHOOK_SERVICE and "
+            "TENSORKILN_WEBHOOK_CONFIGURATION (the chart sets them)"
+        )
+    service, namespace = settings.webhook_service, settings.pod_namespace
+    hostnames = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    bundle = _secret_bundle(handlers.state().core, settings, hostnames)
+    certfile, pkeyfile = _write_files(bundle)
+
+    def inject_ca(_url: str) -> None:
+        api = _admission_api()
+        name = settings.webhook_configuration
+        config = api.read_validating_webhook_configuration(name)
+        ca = _ca_bundle(bundle)
+        patch = {"webhooks": [{"name": w.name, "clientConfig": {"caBundle": ca}} for w in config.webhooks]}
+        api.patch_validating_webhook_configuration(name, patch)
+        log.info("caBundle of ValidatingWebhookConfiguration %s set from Secret %s", name, settings.webhook_cert_secret)
+
+    return _Server(
+        addr=settings.webhook_address, port=settings.webhook_port, certfile=certfile, pkeyfile=pkeyfile,
+        on_listening=inject_ca,
+    )  # fmt: skip
+
+
+def server_for(settings: Settings, namespaces: list[str]) -> kopf.WebhookServer:
+    if settings.webhook_managed:
+        return _managed_server(settings, namespaces)
+    if settings.webhook_cert_secret:
+        return _secret_server(settings)
+    cert, key = (os.path.join(settings.webhook_cert_dir, f) for f in ("tls.crt", "tls.key"))
+    if not (os.path.exists(cert) and os.path.exists(key)):
+        raise kopf.PermanentError(
+            f"webhook on port {settings.webhook_port} but no {cert} and {key}: mount a certificate "
+            "(cert-manager), or set TENSORKILN_WEBHOOK_CERT_SECRET or TENSORKILN_WEBHOOK_MANAGED"
+        )
+    return kopf.WebhookServer(addr=settings.webhook_address, port=settings.webhook_port, certfile=cert, pkeyfile=key)
+
+
+def register(config: Settings, namespaces: list[str], registry: kopf.OperatorRegistry | None = None) -> None:
+    """Serve the webhook in the next kopf.operator() (called by the runner when the port is set)."""
+    im = (GROUP, VERSION, "inferencemodels")
+
+    @kopf.on.startup(id="tensorkiln-webhook", registry=registry)
+    async def serve(settings: kopf.OperatorSettings, **_) -> None:
+        settings.admission.server = await asyncio.to_thread(server_for, config, namespaces)
+
+    @kopf.on.cleanup(id="tensorkiln-webhook-cleanup", registry=registry)
+    def unregister(**_) -> None:
+        if config.webhook_managed:
+            delete_managed(config.webhook_managed)
+
+    @kopf.on.validate(*im, id=HANDLER_ID, operations=["CREATE", "UPDATE"], ignore_failures=True, registry=registry)
+    def validate_inference_model(body, old, operation, warnings: list[str], **_) -> None:
+        model = dict(body)
+        errors, found = judge(model, dict(old) if old is not None else None, operation, review_in_cluster, namespaces)
+        warnings.extend(found)
+        if errors:
+            meta = model.get("metadata", {})
+            log.info("refused %s of %s/%s: %s", operation, meta.get("namespace"), meta.get("name"), errors)
+            raise kopf.AdmissionError("; ".join(errors), code=422)
