@@ -18,9 +18,11 @@ import uuid
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.admission import webhook
+from tensorkiln.admission import checks, webhook
 from tensorkiln.api import GROUP, VERSION
-from tensorkiln.localcluster import binaries
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.localcluster import binaries, engine_seeds
+from tensorkiln.registry.manifest import Benchmark, Candidate, TensorInfo
 
 from .conftest import Operator, free_port
 from .helpers import namespace_exists, wait_for
@@ -180,6 +182,31 @@ def test_valid_model_is_admitted_without_warnings(kubectl, webhook_operator, nam
     result = kubectl_apply(kubectl, model(namespaces[0], "valid"))
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr
+
+
+def test_slo_target_below_the_cached_engines_p95_is_admitted_with_the_figure(
+    api, kubectl, webhook_operator, namespaces, tmp_path
+):
+    body = model(namespaces[0], "too-fast")
+    body["spec"]["source"]["sha256"] = "ab" * 32  # a known digest: the registry cache key exists before any compile
+    body["spec"]["slo"] = {"targetMilliseconds": 5}
+    nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
+    (target,) = checks.targets_with_nodes(normalised_spec(body), nodes)
+    measured = Benchmark(
+        batch_size=1, p50_ms=15, p95_ms=20, p99_ms=22, throughput_per_s=60, threads=1, warmup_runs=1, runs=10
+    )
+    winner = Candidate(
+        id="tensorrt-fp16", compiler="TensorRT", precision="FP16", status="Selected", benchmarks=[measured]
+    )
+    engine_seeds._publish(
+        webhook_operator.registry_uri, body, target, tmp_path, {"model.plan": b"seed"}, winner,
+        origin="test-seed", hardware_kind="GPU", fingerprint={"simulated": True},
+        inputs=[TensorInfo(name="x", data_type="FP32", dims=[-1, 3])], outputs=[TensorInfo(name="y", data_type="FP32", dims=[-1])],
+    )  # fmt: skip
+    result = kubectl_apply(kubectl, body)
+    assert result.returncode == 0, result.stderr
+    expected = f"Warning: spec.slo.targetMilliseconds: 5 ms is below the engine's measured single-request p95 ({target.name} 20 ms)"
+    assert expected in result.stderr, result.stderr
 
 
 def test_unwatched_namespaces_are_not_sent_to_this_webhook(api, webhook_operator, namespace):
