@@ -49,3 +49,10 @@ def test_direction_changes_count_turnarounds():
     assert replica_changes(points, 0, 99) == [1, 2, 4, 3, 2, 3]
     assert direction_changes(points, 0, 99) == 2  # up then down, down then up
     assert direction_changes(points, 0, 5) == 0
+
+
+def test_server_series_holds_the_newest_sample_each_second():
+    from tensorkiln.scaling.evaluation import server_series
+
+    points = [Point(0.5, 1, 1, 1, 80.0), Point(2.2, 1, 1, 1, 300.0), Point(2.9, 1, 1, 1, None)]
+    assert server_series(points, 4) == [(1.0, 80.0), (2.0, 80.0), (3.0, None), (4.0, None)]

@@ -140,7 +140,7 @@ def decide(
             return Decision(
                 high, "MaxReplicasReached",
                 f"{policy.percentile} {latest.latency_ms:.1f} ms > {policy.target_ms:g} ms target"
-                f" needs {wanted} replicas; max is {high}",
+                f" needs {wanted} replicas; max is {high}: {current} -> {high}",
                 False,
             )  # fmt: skip
         return Decision(

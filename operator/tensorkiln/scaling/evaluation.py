@@ -21,6 +21,7 @@ class Point:
     replicas: int  # asked for (spec.replicas)
     pods: int  # existing, ready or not (status.replicas): what capacity costs
     ready: int
+    server_ms: float | None = None  # the latency Triton reported (as the scaler reads it), if sampled
 
 
 def latency_series(
@@ -89,10 +90,33 @@ class PhaseReport:
     direction_changes: int
 
 
-def report(phases, requests, points: list[Point], target_ms: float, percentile: str, window_s: float = 10.0):
-    """Per phase (Phase objects from serving.loadgen, run back to back from t=0) and the series it came from."""
+def server_series(points: list[Point], end_s: float) -> list[tuple[float, float | None]]:
+    """(t, latency Triton reported) every second: the newest sample at or before t."""
+    series, i, value = [], 0, None
+    for t in range(1, int(end_s) + 1):
+        while i < len(points) and points[i].at <= t:
+            value, i = points[i].server_ms, i + 1
+        series.append((float(t), value))
+    return series
+
+
+def report(
+    phases,
+    requests,
+    points: list[Point],
+    target_ms: float,
+    percentile: str,
+    window_s: float = 10.0,
+    source: str = "client",
+):
+    """Per phase (Phase objects from serving.loadgen, run back to back from t=0) and the series it
+    came from: the clients' latency ("client"), or what Triton reported ("server": the latency
+    the SLO is defined on, without the clients' own time)."""
     end = sum(p.seconds for p in phases)
-    series = latency_series(requests, percentile, window_s, 1.0, end)
+    if source == "server":
+        series = server_series(points, end)
+    else:
+        series = latency_series(requests, percentile, window_s, 1.0, end)
     reports, start = [], 0.0
     for phase in phases:
         stop = start + phase.seconds

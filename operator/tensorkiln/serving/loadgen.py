@@ -19,6 +19,7 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -130,9 +131,17 @@ class OpenLoopLoad:
 class ReplicaTimeline:
     """Samples a Deployment's replicas every `period_s` in a thread while the load runs."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, deployment: str, period_s: float = 1.0):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        deployment: str,
+        period_s: float = 1.0,
+        server_latency: Callable[[], float | None] | None = None,
+    ):
         self.apps = client.AppsV1Api(api_client)
         self.namespace, self.deployment, self.period_s = namespace, deployment, period_s
+        self.server_latency = server_latency  # e.g. the scaler's Prometheus query
         self._points: list[Point] = []  # at: time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -146,8 +155,17 @@ class ReplicaTimeline:
             if found is not None:
                 status = found.status
                 replicas, pods, ready = found.spec.replicas or 0, status.replicas or 0, status.ready_replicas or 0
-                self._points.append(Point(time.monotonic(), replicas, pods, ready))
+                server_ms = self._server_latency()
+                self._points.append(Point(time.monotonic(), replicas, pods, ready, server_ms))
             self._stop.wait(self.period_s)
+
+    def _server_latency(self) -> float | None:
+        if self.server_latency is None:
+            return None
+        try:
+            return self.server_latency()
+        except Exception:  # a missed sample, not a failed run
+            return None
 
     def since(self, origin: float) -> list[Point]:
         """The samples, timed in seconds since `origin` (a time.monotonic(), e.g. the load's start)."""
@@ -170,10 +188,11 @@ def run_step_load(
     inputs: dict[str, np.ndarray],
     phases: list[Phase],
     seed: int = 0,
+    server_latency: Callable[[], float | None] | None = None,
 ) -> tuple[list[Request], list[Point]]:
     """Drive `phases` at the model's Service (named as the model) while sampling the target's
-    Deployment; times in both are seconds since the load started."""
+    Deployment (and `server_latency`); times in both are seconds since the load started."""
     load = OpenLoopLoad(api_client, namespace, model, model, inputs, seed=seed)
-    with ReplicaTimeline(api_client, namespace, deployment) as timeline:
+    with ReplicaTimeline(api_client, namespace, deployment, server_latency=server_latency) as timeline:
         requests = load.run(phases)
     return requests, timeline.since(load.started_at)
