@@ -44,9 +44,10 @@ def _operator(args) -> int:
     if args.action == "run":
         if args.all_namespaces and args.namespace:
             sys.exit("tensorkiln operator run: --all-namespaces and --namespace exclude each other")
-        if args.peering:
-            from tensorkiln import incluster
+        from tensorkiln import incluster
 
+        incluster.register_login()
+        if args.peering:
             incluster.join_peering(args.peering)
         operator_runner.run(args.namespace, args.log_format)
     elif args.action == "start":

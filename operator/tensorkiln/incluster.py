@@ -1,13 +1,27 @@
-"""What the Helm chart's Deployment adds to a plain `tensorkiln operator run`: kopf peering.
+"""What the Helm chart's Deployment adds to a plain `tensorkiln operator run`: kopf peering, and
+logging in as the pod's ServiceAccount.
 
 `tensorkiln operator run --peering NAME` joins the kopf peering object NAME (a ClusterKopfPeering
 when watching all namespaces, else a KopfPeering in each watched namespace; the chart creates
 them and kopf's peering CRDs). A second operator for the same objects then pauses instead of
 fighting: a rollout's new pod (the chart also uses `strategy: Recreate`), or a developer's run
 against the same cluster. Without --peering the operator runs standalone, as it does locally.
+
+Login: kopf talks to the API with its own client and, by default, takes its credentials from the
+kubernetes client's in-cluster loader, which reads the token at the fixed standard path. `login`
+reads it where `kube.load_incluster` does (that path, or $TENSORKILN_SERVICE_ACCOUNT_DIR, which
+the local node's agent sets), so kopf and the operator's own client act as the same
+ServiceAccount, under the chart's RBAC. Outside a pod it is kopf's own kubeconfig login.
 """
 
+from typing import Any
+
 import kopf
+from kubernetes import client, config
+
+from tensorkiln import kube
+
+LOGIN_ID = "tensorkiln-login"
 
 
 def join_peering(name: str, registry: kopf.OperatorRegistry | None = None) -> None:
@@ -20,3 +34,33 @@ def join_peering(name: str, registry: kopf.OperatorRegistry | None = None) -> No
         settings.peering.standalone = False
         settings.peering.mandatory = True
         settings.peering.name = name
+
+
+def login(*, logger: Any, settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's credentials: the pod's ServiceAccount (kube.load_incluster), else kopf's kubeconfig
+    login. kopf calls it again when the API answers 401, so a renewed token is picked up."""
+    configuration = client.Configuration()
+    try:
+        kube.load_incluster(configuration)
+    except config.ConfigException:
+        return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
+    scheme, token = configuration.api_key["BearerToken"].split(" ", 1)
+    namespace_file = kube.service_account_dir() / "namespace"
+    namespace = namespace_file.read_text().strip() if namespace_file.is_file() else None
+    logger.debug("Logging in as the pod's ServiceAccount (%s).", kube.service_account_dir())
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        scheme=scheme,
+        token=token,
+        default_namespace=namespace or None,
+        trust_env=settings.networking.trust_env,
+    )
+
+
+def register_login(registry: kopf.OperatorRegistry | None = None) -> None:
+    """Use `login` instead of kopf's default logins (once per registry)."""
+    registry = registry if registry is not None else kopf.get_default_registry()
+    if any(handler.id == LOGIN_ID for handler in registry._activities.get_all_handlers()):  # no public accessor
+        return
+    kopf.on.login(id=LOGIN_ID, registry=registry)(login)

@@ -4,18 +4,41 @@ All writes go through server-side apply under one field manager, so ownership of
 field we set is recorded by the API server and a re-apply is idempotent.
 """
 
+import os
+from pathlib import Path
+
 from kubernetes import client, config
+from kubernetes.config.incluster_config import InClusterConfigLoader
 from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "tensorkiln"
+# Where a pod's ServiceAccount token, CA and namespace are. The local node's agent mounts them
+# elsewhere and names that directory in SERVICE_ACCOUNT_DIR_ENV (tensorkiln.localnode.podspec);
+# in a real cluster the variable is unset and the standard path is used.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_DIR_ENV = "TENSORKILN_SERVICE_ACCOUNT_DIR"
+
+
+def service_account_dir() -> Path:
+    return Path(os.environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+
+
+def load_incluster(configuration: client.Configuration | None = None) -> None:
+    """kubernetes.config.load_incluster_config, reading the token and CA from service_account_dir()
+    (the token is re-read every minute, so a renewed one is used); ConfigException outside a pod.
+    Without a configuration it sets the client's default, as load_incluster_config does."""
+    directory = service_account_dir()
+    loader = InClusterConfigLoader(token_filename=str(directory / "token"), cert_filename=str(directory / "ca.crt"))
+    loader.load_and_set(configuration)
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client from the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    """A client from the given kubeconfig, else in-cluster (the pod's ServiceAccount), else
+    $KUBECONFIG / ~/.kube/config."""
     if kubeconfig:
         return config.new_client_from_config(config_file=kubeconfig)
     try:
-        config.load_incluster_config()
+        load_incluster()
         return client.ApiClient()
     except config.ConfigException:
         return config.new_client_from_config()

@@ -222,3 +222,64 @@ def test_config_map_env_and_empty_dir_shared_with_init_container(kube, ns):
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert terminated(pod)["message"] == "hello world"
     assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_pod_reaches_the_api_as_its_service_account(kube, ns):
+    """ServiceAccount admission mounts the token; the agent names the API server and the token's
+    directory, and the project's client (tensorkiln.kube) authenticates with it. The default
+    ServiceAccount has no RBAC grants: listing pods is forbidden, as it is in any cluster."""
+    script = (
+        "from kubernetes import client\n"
+        "from tensorkiln import kube\n"
+        "api = kube.api_client()\n"
+        "review = client.AuthenticationV1Api(api).create_self_subject_review({'metadata': {}})\n"
+        "print(review.status.user_info.username, end='', file=open('/dev/termination-log', 'w'))\n"
+        "try:\n"
+        "    client.CoreV1Api(api).list_namespaced_pod(open(kube.service_account_dir() / 'namespace').read())\n"
+        "except client.ApiException as exc:\n"
+        "    raise SystemExit(0 if exc.status == 403 else 2)\n"
+        "raise SystemExit(1)\n"
+    )
+    run_pod(kube, ns, "sa", {"name": "main", "image": "python:3.11", "command": ["python3", "-c", script]})
+    pod = wait_phase(kube, ns, "sa", "Failed", "Succeeded")
+    assert any(v["name"].startswith("kube-api-access-") for v in pod["spec"]["volumes"])
+    assert terminated(pod)["message"] == f"system:serviceaccount:{ns}:default", terminated(pod)
+    assert pod["status"]["phase"] == "Succeeded", terminated(pod)
+
+
+def test_claim_bound_to_a_host_path_volume_is_the_pod_mount(kube, ns, tmp_path):
+    pv = f"{ns}-data"
+    (tmp_path / "in.txt").write_text("from the volume\n")
+    spec = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "",
+        "hostPath": {"path": str(tmp_path), "type": "Directory"},
+        "claimRef": {"namespace": ns, "name": "data"},
+    }
+    kube.call("POST", "/api/v1/persistentvolumes", body={"metadata": {"name": pv}, "spec": spec})
+    try:
+        claim = {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        create(kube, f"/api/v1/namespaces/{ns}/persistentvolumeclaims", claim)
+        mount = {"name": "data", "mountPath": "/data"}
+        run_pod(
+            kube,
+            ns,
+            "pvc",
+            sh("cat /data/in.txt > /dev/termination-log && echo written > /data/out.txt", volumeMounts=[mount]),
+            volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        )
+        pod = wait_phase(kube, ns, "pvc", "Failed", "Succeeded", timeout_s=90)
+        assert pod["status"]["phase"] == "Succeeded", terminated(pod)
+        assert terminated(pod)["message"] == "from the volume\n"
+        assert (tmp_path / "out.txt").read_text() == "written\n"
+    finally:
+        kube.call("DELETE", f"/api/v1/persistentvolumes/{pv}")

@@ -186,6 +186,13 @@ def test_rewriter_is_single_pass():
     assert rewrite("/tmp/a /x/b") == "/x/tmp-vol/a /tmp/x-vol/b"
 
 
+def test_file_uris_are_rewritten_as_paths():
+    rewrite = path_rewriter([("/data", Path("/vol/d"))])
+    assert rewrite("file:///data/engines file:///database http://host/data") == (
+        "file:///vol/d/engines file:///database http://host/data"
+    )
+
+
 def test_expand_follows_kubernetes_rules():
     env = {"A": "1"}
     assert expand("$(A)-$(B)-$$(A)-$$-$(A", env) == "1-$(B)-$(A)-$-$(A"
@@ -237,8 +244,8 @@ def test_volume_files_from_configmap_secret_downward_and_projected():
 
 
 def test_unsupported_volume_fails_the_pod_clearly():
-    with pytest.raises(PlanError, match="persistentVolumeClaim volumes are not supported") as err:
-        plan_pod(pod(container(), volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]), CTX, RESOLVER)
+    with pytest.raises(PlanError, match="nfs volumes are not supported") as err:
+        plan_pod(pod(container(), volumes=[{"name": "v", "nfs": {"server": "nas", "path": "/x"}}]), CTX, RESOLVER)
     assert err.value.permanent and err.value.reason == "VolumeNotSupported"
 
 

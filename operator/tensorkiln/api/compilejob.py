@@ -35,7 +35,10 @@ from .common import (
     list_map,
 )
 
-REGISTRY_URI_PATTERN = r"^(file:///\S+|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+# The operator's TENSORKILN_REGISTRY_URI: file:// (local), pvc:// (the Helm chart's default), s3://.
+REGISTRY_URI_PATTERN = (
+    r"^(file:///\S+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+)
 
 # A core/v1 NodeAffinity, passed through to the compiler pod untouched.
 NodeAffinity = Annotated[
@@ -50,7 +53,9 @@ class RegistryDestination(SpecModel):
         max_length=2048,
         pattern=REGISTRY_URI_PATTERN,
         description=(
-            "Root of the engine registry: file:///var/lib/tensorkiln/registry (a host path) or s3://bucket/prefix."
+            "Root of the engine registry: file:///var/lib/tensorkiln/registry (a host path), "
+            "pvc://claim/path (a directory in that PersistentVolumeClaim of the CompileJob's namespace) "
+            "or s3://bucket/prefix."
         ),
     )
 

@@ -4,6 +4,9 @@ kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kub
 and the kwok controller as local processes and writes their certificates and kubeconfig.
 On top of that this module applies the simulated node pools and the CRDs and starts the
 local node agent for the real node local-0, then Prometheus (localcluster/prometheus.py).
+A running agent is kept, unless its code (tensorkiln/localnode/) changed since it was started:
+then it is restarted, and the processes of the pods on local-0 with it (a restarted agent
+restarts them as the restart policy says; running Job pods fail, so do it between test runs).
 """
 
 import hashlib
@@ -17,12 +20,14 @@ import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+import tensorkiln.localnode
 from tensorkiln import kube
 from tensorkiln.localcluster import binaries, paths, pools, processes, prometheus
 from tensorkiln.operator_runner import PIDFILE as OPERATOR_PIDFILE
 
 LOCAL_NODE = "local-0"
 AGENT_PIDFILE = paths.LOCALNODE_STATE / "agent.pid"
+AGENT_CODE = paths.LOCALNODE_STATE / "agent.code"  # agent_code() of the running agent
 
 
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -57,19 +62,32 @@ def _wait(predicate, what: str, timeout: float) -> None:
         time.sleep(1)
 
 
-def _cluster_fingerprint(bin_dir: Path) -> str:
-    """What the cluster was created from: kwokctl applies its config only at creation."""
+def _cluster_fingerprint(bin_dir: Path, names: list[str] | None = None) -> str:
+    """What the cluster was created from: kwokctl applies its config only at creation. Only the
+    cluster's own binaries count: building helm or versitygw later must not recreate it."""
+    if names is None:
+        names = [c for b in binaries.CLUSTER_BINARIES for c in binaries.BINARIES[b].commands]
     digest = hashlib.sha256(paths.KWOK_CONFIG.read_bytes())
-    for name in sorted(p.name for p in bin_dir.iterdir()):
+    for name in sorted(names):
         digest.update(f"{name}={os.readlink(bin_dir / name)}".encode())
     return digest.hexdigest()
+
+
+def _recorded_fingerprint(recorded: Path, bin_dir: Path, fingerprint: str) -> str:
+    """The recorded fingerprint; one recorded over every link in bin_dir (before only the
+    cluster's binaries counted) is rewritten as today's when it still matches."""
+    text = recorded.read_text()
+    if text != fingerprint and text == _cluster_fingerprint(bin_dir, [p.name for p in bin_dir.iterdir()]):
+        recorded.write_text(fingerprint)
+        return fingerprint
+    return text
 
 
 def _start_control_plane() -> None:
     bin_dir = binaries.ensure()
     fingerprint = _cluster_fingerprint(bin_dir)
     recorded = paths.STATE_DIR / "cluster-fingerprint"
-    if _cluster_exists() and recorded.exists() and recorded.read_text() != fingerprint:
+    if _cluster_exists() and recorded.exists() and _recorded_fingerprint(recorded, bin_dir, fingerprint) != fingerprint:
         print(
             "localcluster/kwok.yaml or a binary changed since the cluster was created: recreating it", file=sys.stderr
         )
@@ -132,8 +150,29 @@ def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
             core.delete_node(node.metadata.name)
 
 
+def agent_code() -> str:
+    """A digest of the agent's source: tensorkiln/localnode/*.py."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(tensorkiln.localnode.__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _start_agent(core: client.CoreV1Api) -> None:
     paths.LOCALNODE_STATE.mkdir(parents=True, exist_ok=True)
+    code = agent_code()
+    running = processes.pid_of(AGENT_PIDFILE)
+    recorded = AGENT_CODE.read_text() if AGENT_CODE.exists() else ""
+    if running and recorded != code:
+        print(
+            f"the local node agent (pid {running}) runs older code than tensorkiln/localnode/: restarting it; "
+            f"the processes of the pods on {LOCAL_NODE} restart with it",
+            file=sys.stderr,
+        )
+        processes.stop(AGENT_PIDFILE, grace_seconds=60)  # it stops its pods first (their grace, then 15 s each)
+        running = None
+    if not running:
+        AGENT_CODE.write_text(code)
     processes.start(
         [
             sys.executable,

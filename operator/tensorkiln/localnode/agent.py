@@ -42,13 +42,13 @@ class KubeResolver:
     def __init__(self, kube: Kube):
         self._kube = kube
 
-    def lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+    def lookup(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        path = f"/api/v1/namespaces/{namespace}/{kind}/{name}" if namespace else f"/api/v1/{kind}/{name}"
         try:
-            return self._kube.get_or_none(f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+            return self._kube.get_or_none(path)
         except Exception as exc:
-            raise PlanError(
-                CONFIG_ERROR, f"reading {kind} {namespace}/{name}: {describe(exc)}", permanent=False
-            ) from exc
+            where = f"{namespace}/{name}" if namespace else name
+            raise PlanError(CONFIG_ERROR, f"reading {kind} {where}: {describe(exc)}", permanent=False) from exc
 
     def service_account_token(self, pod: dict, audience: str | None, expiration_seconds: int) -> str:
         meta = pod["metadata"]
@@ -83,6 +83,7 @@ class Agent:
             node_name=node_name,
             state_dir=state_dir,
             search_path=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}",
+            apiserver=kube.server,
         )
         self._workers: dict[str, PodWorker] = {}
         self._node_uid = ""

@@ -12,6 +12,13 @@ only the python backend, and its stub per Python version lives outside `backends
 for this Python is copied, with the backend, into a directory the agent owns (the wheel's own
 directory stays untouched). The server binds the pod IP, so every Triton pod serves the
 standard ports 8000-8002 on its own 127.0.0.x.
+
+`ghcr.io/tensorkiln/operator` (the chart's `image.repository`) runs operator/Dockerfile's
+ENTRYPOINT, `tensorkiln operator run`, as `<this machine's venv Python> -m tensorkiln operator
+run`, with the image's ENV. The operator reads a pvc:// registry at `$TENSORKILN_PVC_ROOT/<claim>`
+(default /mnt/pvc, where the chart mounts the claim), a path it builds itself, so the rule points
+TENSORKILN_PVC_ROOT into the container's mount view (`Launch.root`, see podspec). Its API
+credentials come from the agent like any pod's (podspec: the in-cluster environment).
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ class Launch:
     command: list[str]
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # The container's mount view (podspec): a directory where every volumeMount's mountPath is a
+    # symlink to the volume, for programs that build mount paths themselves. Read-only for rules.
+    root: str = ""
 
 
 ImageRewrite = Callable[[Launch], Launch]
@@ -126,6 +136,28 @@ def _install(source: Path, target: Path) -> None:
     os.replace(partial, target)
 
 
+# operator/Dockerfile: ENTRYPOINT and ENV. registry/base.py: PVC_ROOT_ENV and DEFAULT_PVC_ROOT.
+OPERATOR_ENTRYPOINT = ("tensorkiln", "operator", "run")
+OPERATOR_IMAGE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+PVC_ROOT_ENV = "TENSORKILN_PVC_ROOT"
+DEFAULT_PVC_ROOT = "/mnt/pvc"
+
+
+def operator_launch(launch: Launch, python: str = sys.executable) -> Launch:
+    """The operator image on this machine: Docker's rule for command and args; `tensorkiln` (the
+    entrypoint, or a pod's command naming it) as `python -m tensorkiln` with this Python, the
+    project venv's (any other command runs as written, on the pod's PATH: that venv's bin first);
+    the image's ENV and TENSORKILN_PVC_ROOT (into the mount view) unless the pod sets them."""
+    launch = docker_defaults(entrypoint=OPERATOR_ENTRYPOINT)(launch)
+    command = launch.command
+    if command[:1] == [OPERATOR_ENTRYPOINT[0]]:
+        command = [python, "-m", "tensorkiln", *command[1:]]
+    env = {**OPERATOR_IMAGE_ENV, **launch.env}
+    if launch.root:
+        env.setdefault(PVC_ROOT_ENV, f"{launch.root.rstrip('/')}{DEFAULT_PVC_ROOT}")
+    return replace(launch, command=command, env=env)
+
+
 def _tritonserver(launch: Launch) -> Launch:
     # The agent points tempfile at <state dir>/tmp, so the backend copy lives in the agent's state.
     return tritonserver_launch(launch, local_tritonserver(Path(tempfile.gettempdir())))
@@ -138,6 +170,7 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
     ImageRule("ubuntu", docker_defaults(cmd=["/bin/bash"])),
     ImageRule("python", docker_defaults(cmd=["python3"])),
     ImageRule("nvcr.io/nvidia/tritonserver", _tritonserver),
+    ImageRule("ghcr.io/tensorkiln/operator", operator_launch),
 )
 
 

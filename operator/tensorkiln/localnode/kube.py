@@ -35,6 +35,11 @@ class Kube:
         load_kube_config(config_file=path, client_configuration=config)
         return cls(ApiClient(config))
 
+    @property
+    def server(self) -> str:
+        """The API server's URL (https://host:port), as the kubeconfig names it."""
+        return self._api.configuration.host
+
     def call(
         self,
         method: str,

@@ -13,11 +13,28 @@ Layout under the agent's state dir:
 Path mapping. There is no mount namespace, so a volume is "mounted" by rewriting paths: in
 the command, args, env values, workingDir and exec-probe commands, every occurrence of a
 volumeMount's mountPath at the start of a path (not inside a longer path or name) is replaced
-with the volume's local directory (plus subPath), longest mountPath first, in one pass. The
+with the volume's local directory (plus subPath), longest mountPath first, in one pass (a
+file:// URI's path included: file:///data/x with /data mounted names the volume's x). The
 terminationMessagePath (default /dev/termination-log) is mapped onto the container's
-termination-log the same way. hostPath volumes map to the host path itself. Only text the pod
-spec carries is rewritten: a program that builds a mount path itself, or reads one from a
-file, sees the host filesystem.
+termination-log the same way. hostPath volumes map to the host path itself, and so does a
+persistentVolumeClaim bound to a hostPath or local PersistentVolume (what the kubelet mounts).
+Only text the pod spec carries is rewritten: a program that builds a mount path itself, or
+reads one from a file, sees the host filesystem. For those, each container has a mount view,
+`pods/<uid>/<container>/root/`, where every volumeMount's mountPath is a symlink to its local
+directory (a mount nested in another mount's path is left out of the view); an image rule that
+knows its program's setting for such a path can point it there (images.operator_launch).
+
+In-cluster API access. A container that mounts the service-account token volume (the projected
+`kube-api-access-*` that ServiceAccount admission adds at /var/run/secrets/kubernetes.io/
+serviceaccount) gets KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT(_HTTPS) naming the real
+API server (what the kubelet's service env plus kube-proxy give a pod; this node has no
+kube-proxy for the `kubernetes` Service's ClusterIP), and TENSORKILN_SERVICE_ACCOUNT_DIR naming
+the volume's local directory. Clients that read the fixed path do not find it; the project's
+own (tensorkiln.kube.load_incluster, and the operator's kopf login) read the token, CA and
+namespace there, so they authenticate as the pod's ServiceAccount and RBAC applies. The kubelet
+sets the service env for every pod; here only where the token is mounted.
+Projected service-account tokens are requested again at 80% of their expirationSeconds (at most
+every 24 h), as the kubelet does, and the files replaced atomically (`token_volumes`).
 
 Env follows the kubelet: POD_IP, HOSTNAME, HOME and a PATH with the project venv first, then
 envFrom, then env, with $(VAR) expansion in env values, command and args. A volume mounted at
@@ -30,11 +47,14 @@ binds what it likes; the pod IP gives each pod its own loopback address).
 from __future__ import annotations
 
 import base64
+import os
 import re
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from .images import IMAGE_RULES, ImageRule, Launch, rule_for
 from .probes import Probe, ProbeError, parse_probe
@@ -42,6 +62,23 @@ from .probes import Probe, ProbeError, parse_probe
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 DEFAULT_FILE_MODE = 0o644
 CONFIG_ERROR = "CreateContainerConfigError"
+VOLUME_PENDING = "ContainerCreating"  # the kubelet's waiting reason while a volume cannot be mounted yet
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Read by tensorkiln.kube.load_incluster (same name there).
+SERVICE_ACCOUNT_DIR_ENV = "TENSORKILN_SERVICE_ACCOUNT_DIR"
+TOKEN_REFRESH_CAP_S = 24 * 3600
+# PersistentVolume spec fields that are not the volume source.
+_PV_COMMON = {
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+}
 _KIND_NAMES = {"configmaps": "ConfigMap", "secrets": "Secret"}
 _VAR_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
 _FIELD_KEY = re.compile(r"metadata\.(labels|annotations)\['(.+)'\]")
@@ -60,8 +97,9 @@ class PlanError(Exception):
 
 
 class Resolver(Protocol):
-    def lookup(self, kind: str, namespace: str, name: str) -> dict | None:
-        """The ConfigMap ("configmaps") or Secret ("secrets"), None when it does not exist."""
+    def lookup(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The object of a core/v1 resource ("configmaps", "secrets", "persistentvolumeclaims";
+        "persistentvolumes" with namespace None), None when it does not exist."""
 
     def service_account_token(self, pod: dict, audience: str | None, expiration_seconds: int) -> str:
         """A token bound to the pod, as the kubelet requests for projected volumes."""
@@ -74,6 +112,7 @@ class PodContext:
     host_ip: str
     node_name: str
     search_path: str  # PATH for every container
+    apiserver: str = ""  # https://host:port of the API server, for in-cluster access; "": none
 
 
 @dataclass(frozen=True)
@@ -94,6 +133,7 @@ class ContainerPlan:
     termination_path: Path
     fallback_to_logs: bool
     probes: dict[str, Probe]  # "startup" / "readiness" / "liveness"
+    links: dict[Path, Path] = field(default_factory=dict)  # the mount view: symlink -> local directory
 
 
 @dataclass(frozen=True)
@@ -129,7 +169,8 @@ def path_rewriter(mapping: list[tuple[str, Path]]) -> Callable[[str], str]:
     if not targets:
         return lambda text: text
     longest_first = "|".join(re.escape(src) for src in sorted(targets, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w.\-/])({longest_first})(?![\w.\-])")
+    # A path starts where no path or name character precedes it, or right after `file://`.
+    pattern = re.compile(rf"(?:(?<![\w.\-/])|(?<=file://))({longest_first})(?![\w.\-])")
     return lambda text: pattern.sub(lambda m: targets[m[1]], text)
 
 
@@ -142,14 +183,24 @@ def _plan_container(
     rules: tuple[ImageRule, ...],
 ) -> ContainerPlan:
     name, image = c["name"], c.get("image", "")
-    env = _container_env(c, pod, ctx, resolver)
+    container_dir = ctx.pod_dir / name
+    base = _agent_env(pod, ctx) | _in_cluster_env(c, ctx, volumes)
+    env = _container_env(c, pod, ctx, resolver, base)
     # The agent's own values (its PATH names this machine's directories) are not container
     # paths: only values the pod spec set, or overrode, are rewritten through the mounts.
-    agent_values = {k: v for k, v in _agent_env(pod, ctx).items() if env.get(k) == v}
+    agent_values = {k: v for k, v in base.items() if env.get(k) == v}
+    mounts = []
+    for mount in c.get("volumeMounts", []):
+        local = volumes[mount["name"]].path
+        sub = mount.get("subPath") or expand(mount.get("subPathExpr", ""), env)
+        mounts.append((mount["mountPath"], local / sub if sub else local))
+    root = container_dir / "root"
     rule = rule_for(image, rules)
-    launch = Launch(list(c.get("command", [])), list(c.get("args", [])), env)
+    launch = Launch(list(c.get("command", [])), list(c.get("args", [])), env, root=str(root))
     if rule:
         launch = rule.rewrite(launch)
+        # What a rule adds is this machine's too (a library path, a setting into the mount view).
+        agent_values |= {k: v for k, v in launch.env.items() if k not in env}
     argv = launch.command + launch.args
     if not argv or (rule is None and not launch.command):
         raise PlanError(
@@ -160,15 +211,10 @@ def _plan_container(
     env = dict(launch.env)
     argv = [expand(arg, env) for arg in argv]
 
-    container_dir = ctx.pod_dir / name
     termination_path = container_dir / "termination-log"
-    mapping = [(c.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, termination_path)]
-    for mount in c.get("volumeMounts", []):
-        local = volumes[mount["name"]].path
-        sub = mount.get("subPath") or expand(mount.get("subPathExpr", ""), env)
-        mapping.append((mount["mountPath"], local / sub if sub else local))
-        if mount["mountPath"].rstrip("/") == "/tmp":
-            env.setdefault("TMPDIR", "/tmp")  # rewritten below: programs' temp files land in the volume
+    mapping = [(c.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, termination_path), *mounts]
+    if any(path.rstrip("/") == "/tmp" for path, _ in mounts):
+        env.setdefault("TMPDIR", "/tmp")  # rewritten below: programs' temp files land in the volume
     rewrite = path_rewriter(mapping)
 
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", []) if p.get("name")}
@@ -191,7 +237,35 @@ def _plan_container(
         termination_path=termination_path,
         fallback_to_logs=c.get("terminationMessagePolicy") == "FallbackToLogsOnError",
         probes=probes,
+        links=mount_view(root, mounts),
     )
+
+
+def mount_view(root: Path, mounts: list[tuple[str, Path]]) -> dict[Path, Path]:
+    """Symlinks under `root` at each mountPath, to the volume's local directory. A mount inside
+    another mount's path is left out: its link would land inside that volume's real directory."""
+    paths = [path.rstrip("/") for path, _ in mounts]
+    return {
+        root / path.lstrip("/"): local
+        for path, (_, local) in zip(paths, mounts, strict=True)
+        if path and not any(path.startswith(other + "/") for other in paths if other and other != path)
+    }
+
+
+def _in_cluster_env(c: dict, ctx: PodContext, volumes: dict[str, VolumePlan]) -> dict[str, str]:
+    """The API server and the token volume's local directory, for a container that mounts the token."""
+    mount = next((m for m in c.get("volumeMounts", []) if m["mountPath"].rstrip("/") == SERVICE_ACCOUNT_MOUNT), None)
+    if mount is None or not ctx.apiserver:
+        return {}
+    server = urlsplit(ctx.apiserver)
+    port = str(server.port or 443)
+    local = volumes[mount["name"]].path
+    return {
+        "KUBERNETES_SERVICE_HOST": server.hostname or "",
+        "KUBERNETES_SERVICE_PORT": port,
+        "KUBERNETES_SERVICE_PORT_HTTPS": port,
+        SERVICE_ACCOUNT_DIR_ENV: str(local / mount["subPath"] if mount.get("subPath") else local),
+    }
 
 
 def _agent_env(pod: dict, ctx: PodContext) -> dict[str, str]:
@@ -203,8 +277,8 @@ def _agent_env(pod: dict, ctx: PodContext) -> dict[str, str]:
     }
 
 
-def _container_env(c: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> dict[str, str]:
-    env = _agent_env(pod, ctx)
+def _container_env(c: dict, pod: dict, ctx: PodContext, resolver: Resolver, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
     namespace = pod["metadata"]["namespace"]
     for source in c.get("envFrom", []):
         kind, ref = (
@@ -306,13 +380,75 @@ def _plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -
         return VolumePlan(name, local, _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE)), True)
     if "projected" in volume:
         return VolumePlan(name, local, _projected_files(volume["projected"], pod, ctx, resolver), True)
+    if "persistentVolumeClaim" in volume:
+        return _claimed_volume(name, volume["persistentVolumeClaim"]["claimName"], namespace, resolver)
     kind = next((key for key in volume if key != "name"), "unknown")
     raise PlanError(
         "VolumeNotSupported",
         f'volume "{name}": {kind} volumes are not supported on the local node '
-        "(emptyDir, configMap, secret, downwardAPI, projected and hostPath are)",
+        "(emptyDir, configMap, secret, downwardAPI, projected, hostPath and persistentVolumeClaim are)",
         permanent=True,
     )
+
+
+def _claimed_volume(name: str, claim_name: str, namespace: str, resolver: Resolver) -> VolumePlan:
+    """The claim's bound PersistentVolume, as the kubelet mounts it: for a hostPath or local PV,
+    that directory of this machine. Not found or not bound yet: retried, as the kubelet waits."""
+    claim = resolver.lookup("persistentvolumeclaims", namespace, claim_name)
+    if claim is None:
+        raise PlanError(VOLUME_PENDING, f'persistentvolumeclaim "{claim_name}" not found', permanent=False)
+    pv_name = (claim.get("spec") or {}).get("volumeName")
+    if not pv_name or (claim.get("status") or {}).get("phase") != "Bound":
+        raise PlanError(VOLUME_PENDING, f'persistentvolumeclaim "{claim_name}" is not bound', permanent=False)
+    pv = resolver.lookup("persistentvolumes", None, pv_name)
+    if pv is None:
+        raise PlanError(VOLUME_PENDING, f'persistentvolume "{pv_name}" not found', permanent=False)
+    spec = pv.get("spec") or {}
+    if "hostPath" in spec:
+        host = spec["hostPath"]
+        return VolumePlan(name, Path(host["path"]), {}, create=host.get("type") == "DirectoryOrCreate")
+    if "local" in spec:
+        return VolumePlan(name, Path(spec["local"]["path"]), {}, create=False)
+    kind = next((key for key in spec if key not in _PV_COMMON), "unknown")
+    raise PlanError(
+        "VolumeNotSupported",
+        f'volume "{name}": persistentvolume "{pv_name}" is a {kind} volume; only hostPath and local '
+        "persistent volumes are supported on the local node",
+        permanent=True,
+    )
+
+
+def _token_sources(volume: dict) -> list[dict]:
+    sources = (volume.get("projected") or {}).get("sources") or []
+    return [source["serviceAccountToken"] for source in sources if "serviceAccountToken" in source]
+
+
+def token_refresh_seconds(pod: dict) -> float | None:
+    """When the pod's projected tokens want renewing, as the kubelet: at 80% of the shortest
+    expirationSeconds, at most every 24 h. None: the pod has none."""
+    ttls = [t.get("expirationSeconds", 3600) for v in pod["spec"].get("volumes", []) for t in _token_sources(v)]
+    return min(0.8 * min(ttls), TOKEN_REFRESH_CAP_S) if ttls else None
+
+
+def token_volumes(pod: dict, ctx: PodContext, resolver: Resolver) -> list[VolumePlan]:
+    """The pod's projected volumes that hold service-account tokens, planned again: new tokens."""
+    return [_plan_volume(v, pod, ctx, resolver) for v in pod["spec"].get("volumes", []) if _token_sources(v)]
+
+
+def write_volume_files(volume: VolumePlan) -> None:
+    """The volume's files, each replaced atomically (a reader sees the old token or the new one)."""
+    for relative, (content, mode) in volume.files.items():
+        target = volume.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(content)
+            os.chmod(partial, mode)
+            os.replace(partial, target)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
 
 
 def _keyed_files(

@@ -10,6 +10,9 @@ exponential back-off (immediate, then 10 s doubling up to 5 min, reset after 10 
 running); a deleted pod's processes get SIGTERM, then SIGKILL after the grace period, its
 final phase is reported, and the pod object is deleted with grace period 0.
 
+Projected service-account tokens are renewed while the pod runs (podspec.token_refresh_seconds);
+a failed renewal is retried every SETUP_RETRY_S and the old token stays meanwhile.
+
 Agent restarts: a previous agent's processes were killed (runtime.sweep), so containers the
 API still shows running are reported lost (exit 137, ContainerStatusUnknown) and restarted
 when the restart policy allows; completed init containers are not run again.
@@ -28,7 +31,17 @@ from pathlib import Path
 from .ipam import IpAllocator, IpExhausted
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .node import HOST_IP
-from .podspec import ContainerPlan, PlanError, PodContext, PodPlan, Resolver, plan_pod
+from .podspec import (
+    ContainerPlan,
+    PlanError,
+    PodContext,
+    PodPlan,
+    Resolver,
+    plan_pod,
+    token_refresh_seconds,
+    token_volumes,
+    write_volume_files,
+)
 from .probes import ProbeTracker, run_probe
 from .runtime import Process, StartError
 from .status import (
@@ -75,6 +88,7 @@ class NodeEnv:
     state_dir: Path
     search_path: str
     shutdown_grace_s: float = 5
+    apiserver: str = ""  # for pods' in-cluster access (podspec); "": none
 
     def pod_dir(self, uid: str) -> Path:
         return self.state_dir / "pods" / uid
@@ -121,6 +135,8 @@ class PodWorker:
         self._plan: PodPlan | None = None
         self._pod_ip = HOST_IP if spec.get("hostNetwork") else ""
         self._setup_at = 0.0
+        self._ctx: PodContext | None = None
+        self._token_refresh_at: float | None = None  # monotonic; None: no projected tokens
         self._failure: tuple[str, str] | None = None  # pod-level reason, message: the pod failed
         self._final = False  # nothing restarts any more
         self._pushed: dict | None = None
@@ -173,6 +189,8 @@ class PodWorker:
             if self._plan is not None and not self._final:
                 self._advance(now)
                 self._enforce_deadline()
+                if self._token_refresh_at is not None and now >= self._token_refresh_at:
+                    self._refresh_tokens(now)
             status = self._status()
             if self._push(status) and status["phase"] in TERMINAL_PHASES:
                 log.info("pod %s/%s: %s", self.namespace, self.name, status["phase"])
@@ -212,13 +230,21 @@ class PodWorker:
             if not self._pod_ip:
                 self._pod_ip = self.env.ipam.allocate(self.uid)
             ctx = PodContext(
-                self.env.pod_dir(self.uid), self._pod_ip, HOST_IP, self.env.node_name, self.env.search_path
+                self.env.pod_dir(self.uid),
+                self._pod_ip,
+                HOST_IP,
+                self.env.node_name,
+                self.env.search_path,
+                apiserver=self.env.apiserver,
             )
             plan = plan_pod(self._pod, ctx, self.env.resolver)
             _prepare_volumes(plan)
         except (PlanError, IpExhausted, OSError) as exc:
             self._setup_failed(exc, now)
             return
+        self._ctx = ctx
+        refresh_s = token_refresh_seconds(self._pod)
+        self._token_refresh_at = None if refresh_s is None else now + refresh_s
         for c, container_plan in zip(self._inits + self._apps, plan.init_containers + plan.containers):
             c.plan = container_plan
             if c.start_at is not None:
@@ -239,6 +265,17 @@ class PodWorker:
             self._failure, self._final = (error.reason, error.message), True
         else:
             self._setup_at = now + SETUP_RETRY_S
+
+    def _refresh_tokens(self, now: float) -> None:
+        """New projected service-account tokens, as the kubelet rotates them."""
+        try:
+            for volume in token_volumes(self._pod, self._ctx, self.env.resolver):
+                write_volume_files(volume)
+        except (PlanError, OSError) as exc:
+            log.warning("pod %s/%s: renewing service-account tokens: %s", self.namespace, self.name, exc)
+            self._token_refresh_at = now + SETUP_RETRY_S
+            return
+        self._token_refresh_at = now + token_refresh_seconds(self._pod)
 
     def _advance(self, now: float) -> None:
         pending_init = next((c for c in self._inits if c.state.exit_code != 0), None)
@@ -431,11 +468,12 @@ def _prepare_volumes(plan: PodPlan) -> None:
     for volume in plan.volumes:
         if volume.create:
             volume.path.mkdir(parents=True, exist_ok=True)
-        for relative, (content, mode) in volume.files.items():
-            target = volume.path / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(mode)
+        write_volume_files(volume)
+    for container in plan.init_containers + plan.containers:  # the mount views
+        for link, target in container.links.items():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.unlink(missing_ok=True)
+            link.symlink_to(target, target_is_directory=True)
 
 
 def _read_text(path: Path) -> str:
