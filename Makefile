@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TK     := $(VENV)/bin/tensorkiln
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint unit integration crds manifests down
+.PHONY: venv demo test lint unit integration faults crds manifests down
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,13 @@ unit: venv
 integration: venv
 	$(TK) cluster up
 	$(PY) -m pytest tests/integration -q
+
+## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
+## away, killed compile pods, admission fuzzing; long (about half an hour), so not part of `test`.
+## Holds the shared cluster lock throughout; TENSORKILN_FAULTS_SEED=N repeats a run's choices.
+CLUSTER_LOCK ?= /tmp/tensorkiln-cluster.lock
+faults: venv
+	flock $(CLUSTER_LOCK) sh -c '$(TK) cluster up && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
 
 ## crds: crds/ and the chart's charts/tensorkiln/crds/ from the pydantic API types
 crds: venv

@@ -107,3 +107,14 @@ def test_transition_time_kept_when_status_unchanged():
     later = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
     second = compile_job_status({**CJ, "status": first}, job(active=1), pod("n", "Running"), set(), later)
     assert first["conditions"] == second["conditions"]
+
+
+def test_a_compiler_killed_by_a_signal_is_reported_with_its_exit_code():
+    """A regression of the fault suite (e2e/faults): a SIGKILLed (or OOM-killed) compiler writes no
+    report, and the message used to be the tail of its log, which never said it was killed."""
+    failed = job(failed=2, conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
+    killed = {"exitCode": 137, "reason": "OOMKilled", "message": "INFO benchmarking openvino-fp32"}
+    status = compile_job_status(CJ, failed, pod("local-0", "Failed", killed), set(), NOW)
+    assert (status["phase"], status["reason"], status["attempts"]) == ("Failed", "BackoffLimitExceeded", 2)
+    assert status["message"].startswith("attempt 2: the compiler exited 137 (SIGKILL: killed, e.g. by the OOM killer)")
+    assert "reason OOMKilled" in status["message"] and status["message"].endswith("benchmarking openvino-fp32")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -122,6 +122,26 @@ class KubeModel(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, json_schema_extra=_schema_extra)
     cel_rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prune_nulls(cls, data: Any) -> Any:
+        # The apiserver prunes an explicit null (YAML `field:` with nothing after it) of a declared,
+        # non-nullable field before defaulting and validation: null means absent here too.
+        # So is a null value in a map (nodeSelector, resources.requests).
+        if not isinstance(data, dict):
+            return data
+        declared, maps = set(), set()
+        for name, info in cls.model_fields.items():
+            keys = {key for key in (name, info.alias) if key}
+            declared |= keys
+            if dict in (get_origin(info.annotation), *(get_origin(a) for a in get_args(info.annotation))):
+                maps |= keys
+        return {
+            k: {mk: mv for mk, mv in v.items() if mv is not None} if k in maps and isinstance(v, dict) else v
+            for k, v in data.items()
+            if v is not None or k not in declared
+        }
 
     @model_validator(mode="after")
     def _check_invariants(self) -> KubeModel:

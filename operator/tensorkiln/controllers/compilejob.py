@@ -1,8 +1,14 @@
 """CompileJob reconciler: a registry hit, or one batch/v1 Job per (CompileJob, options), mirrored back."""
 
+import json
 import logging
+import threading
+import time
 from datetime import UTC, datetime
 
+from kubernetes import client
+
+from tensorkiln.admission.checks import refused_compile_job_status
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import metrics as own_metrics
@@ -14,6 +20,37 @@ from tensorkiln.status.conditions import condition, merge_conditions
 log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
+
+
+class RegistryBackoff:
+    """How long a CompileJob waits before asking an unreachable registry again: `first` seconds,
+    doubling up to `cap`; a reconcile that reaches the registry resets it. In memory: a restarted
+    operator asks at once. Thread-safe (handlers and the resync loop reconcile concurrently)."""
+
+    def __init__(self, first: float = 5.0, cap: float = 80.0):
+        self.first, self.cap = first, cap
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[int, float]] = {}  # key -> (failures so far, monotonic time of the next try)
+
+    def wait_left(self, key: str, now: float) -> float:
+        with self._lock:
+            entry = self._entries.get(key)
+        return max(entry[1] - now, 0.0) if entry else 0.0
+
+    def failed(self, key: str, now: float) -> tuple[int, float]:
+        """Record a failure; returns (consecutive failures, seconds until the next try)."""
+        with self._lock:
+            failures = self._entries.get(key, (0, now))[0] + 1
+            delay = min(self.first * 2 ** (failures - 1), self.cap)
+            self._entries[key] = (failures, now + delay)
+        return failures, delay
+
+    def succeeded(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+REGISTRY_BACKOFF = RegistryBackoff()
 
 
 def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
@@ -39,10 +76,11 @@ def _published(registry: Registry, engine: dict | None) -> Published | None:
     return Published(manifest, engine["digest"], engine.get("uri") or registry.engine_uri(engine["digest"]))
 
 
-def _registry_unavailable(compile_job: dict, error: RegistryError) -> dict:
+def _registry_unavailable(compile_job: dict, error: RegistryError, failures: int, delay: float) -> dict:
     generation = compile_job["metadata"].get("generation", 1)
     now = datetime.now(UTC)
-    desired = [condition("Compiled", None, "RegistryUnavailable", f"engine registry: {error}; retrying")]
+    message = f"engine registry: {error}; attempt {failures} failed, next in {delay:.0f} s"
+    desired = [condition("Compiled", None, "RegistryUnavailable", message)]
     old = compile_job.get("status", {})
     return {
         **old,
@@ -52,7 +90,34 @@ def _registry_unavailable(compile_job: dict, error: RegistryError) -> dict:
     }
 
 
-def reconcile(state: ClusterState, compile_job: dict, registry: Registry, settings: Settings) -> tuple[dict, dict]:
+def _job_refused(compile_job: dict, error: client.ApiException) -> dict:
+    """The API server refuses the compile Job the spec implies (e.g. a toleration key that is no
+    qualified name): Failed until the spec changes, as no retry can help."""
+    generation = compile_job["metadata"].get("generation", 1)
+    try:
+        message = json.loads(error.body).get("message") or error.reason
+    except (TypeError, ValueError, AttributeError):
+        message = error.reason
+    message = f"the API server refuses the compile Job: {message}"[:4096]
+    old = compile_job.get("status", {})
+    return {
+        "observedGeneration": generation,
+        "phase": "Failed",
+        "reason": "JobRefused",
+        "message": message,
+        "conditions": merge_conditions(
+            old.get("conditions"), [condition("Compiled", False, "JobRefused", message)], generation, datetime.now(UTC)
+        ),
+    }
+
+
+def reconcile(
+    state: ClusterState,
+    compile_job: dict,
+    registry: Registry,
+    settings: Settings,
+    backoff: RegistryBackoff = REGISTRY_BACKOFF,
+) -> tuple[dict, dict]:
     """Converge one CompileJob; returns (old status, new status) for the caller's Events."""
     meta = compile_job["metadata"]
     namespace = meta["namespace"]
@@ -69,6 +134,9 @@ def reconcile(state: ClusterState, compile_job: dict, registry: Registry, settin
     settled = old_status.get("observedGeneration") == meta.get("generation") and old_status.get("phase") in TERMINAL
     if job is None and settled:
         return old_status, old_status  # a cache hit, or a finished Job cleaned up since: the result stands
+    backoff_key = meta.get("uid") or f"{namespace}/{meta['name']}"
+    if backoff.wait_left(backoff_key, time.monotonic()) > 0:
+        return old_status, old_status  # the registry was unreachable: not asked again before its time
 
     try:
         if job is None:
@@ -81,13 +149,24 @@ def reconcile(state: ClusterState, compile_job: dict, registry: Registry, settin
                     compile_job, Published(hit, digest, registry.engine_uri(digest)), datetime.now(UTC)
                 )
                 return _write(state, compile_job, old_status, status)
+            refused = refused_compile_job_status(compile_job, settings.model_file_roots, datetime.now(UTC))
+            if refused is not None:
+                return _write(state, compile_job, old_status, refused)
             # A Job's pod template is immutable, so a Job is created once and never re-applied.
-            job = state.apply(build_job(compile_job, settings.registry_secret))
+            try:
+                job = state.apply(build_job(compile_job, settings.registry_secret))
+            except client.ApiException as error:
+                if error.status not in (400, 422):
+                    raise
+                return _write(state, compile_job, old_status, _job_refused(compile_job, error))
             log.info("created Job %s/%s", namespace, wanted)
         pod = state.newest_pod(namespace, wanted)
         published = _published(registry, reported_engine(pod))
     except RegistryUnavailable as error:
-        return _write(state, compile_job, old_status, _registry_unavailable(compile_job, error))
+        failures, delay = backoff.failed(backoff_key, time.monotonic())
+        log.warning("registry unavailable (attempt %d, next in %.0f s): %s", failures, delay, error)
+        return _write(state, compile_job, old_status, _registry_unavailable(compile_job, error, failures, delay))
+    backoff.succeeded(backoff_key)
 
     status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), datetime.now(UTC), published)
     return _write(state, compile_job, old_status, status)

@@ -14,6 +14,7 @@ import threading
 import time
 
 import kopf
+import urllib3
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
@@ -25,7 +26,7 @@ from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import logs
 from tensorkiln.observability import metrics as own_metrics
-from tensorkiln.registry import Registry, open_registry
+from tensorkiln.registry import Registry, RegistryError, open_registry
 from tensorkiln.scaling import metrics
 from tensorkiln.settings import Settings
 
@@ -52,7 +53,9 @@ def state() -> ClusterState:
 def registry() -> Registry:
     global _registry
     if _registry is None:
-        _registry = open_registry(SETTINGS.registry_uri)
+        opened = open_registry(SETTINGS.registry_uri)
+        opened.prepare()  # from now on a registry that is gone is unavailable, not empty
+        _registry = opened
     return _registry
 
 
@@ -78,6 +81,15 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     # Events are posted deliberately (controllers.events), not from every log line.
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
+
+
+@kopf.on.startup()
+def open_engine_registry(**_) -> None:
+    """Open (and prepare) the registry now: one that goes away later is unavailable, not empty."""
+    try:
+        registry()
+    except RegistryError as error:  # a bad URI: every reconcile that needs the registry will say so
+        log.error("engine registry %s: %s", SETTINGS.registry_uri, error)
 
 
 @kopf.on.startup()
@@ -119,7 +131,11 @@ async def _resync_forever() -> None:
     global _last_resync
     while True:
         await asyncio.sleep(SETTINGS.resync_seconds)
-        await asyncio.to_thread(resync_all)
+        try:
+            await asyncio.to_thread(resync_all)
+        except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
+            log.exception("resync pass failed; retrying at the next pass")
+            continue
         _last_resync = time.monotonic()
 
 
@@ -141,6 +157,9 @@ def resync_all() -> None:
             objects = _list(plural)
         except client.ApiException as error:
             log.warning("resync: cannot list %s: %s", plural, error.reason)
+            continue
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server unreachable (restarting)
+            log.warning("resync: cannot list %s: %s", plural, error)
             continue
         if plural == "inferencemodels":
             own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)

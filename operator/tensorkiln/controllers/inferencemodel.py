@@ -1,10 +1,15 @@
 """InferenceModel reconciler: hardware targets -> CompileJobs -> Triton rollouts, and the status rollup."""
 
+import json
 import logging
 from datetime import UTC, datetime
 
+from google.protobuf.json_format import ParseError
+from kubernetes import client
 from pydantic import ValidationError
 
+from tensorkiln.admission import checks as admission_checks
+from tensorkiln.admission import cluster as admission
 from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job
@@ -34,7 +39,7 @@ def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> d
     """Admission should have stopped this; if it did not (e.g. an older CRD), say so and stop."""
     generation = model["metadata"].get("generation", 1)
     problems = "; ".join(field_errors(error))
-    desired = [condition(t, False, "InvalidSpec", problems) for t in ("Ready", "Compiled", "Deployed")]
+    desired = [condition(t, False, "InvalidSpec", problems) for t in ("Ready", "Compiled", "Deployed", "SpecValid")]
     return {
         "observedGeneration": generation,
         "phase": "Failed",
@@ -87,6 +92,21 @@ def _roll_out(
     return observed
 
 
+def refusal(error: Exception) -> str | None:
+    """Why Kubernetes (400/422) or Triton's config schema refuses an object derived from a spec the
+    CRD admitted (an int32 or uint32 field given more, a toleration key that is no qualified name,
+    ...); None for anything else, which says nothing about the spec (retried)."""
+    if isinstance(error, ParseError):
+        return f"Triton's model config refuses spec.serving: {error}"
+    if isinstance(error, client.ApiException) and error.status in (400, 422):
+        try:
+            message = json.loads(error.body).get("message") or error.reason
+        except (TypeError, ValueError, AttributeError):
+            message = error.reason
+        return f"the API server refuses it: {message}"
+    return None
+
+
 def _report_scaling(state: ClusterState, model: dict, target: HardwareClass, outcome: Outcome) -> None:
     """An Event (and a metric) per scale action, posted once the action is applied; a Warning when
     the maximum is newly reached with the SLO still missed."""
@@ -117,13 +137,22 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     existing = {
         cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])
     }
-    compile_jobs, rollouts, engines, slo_outcomes = {}, {}, {}, {}
+    # Admission checks, as the webhook makes them (it may be off or bypassed): while one is an error
+    # no CompileJob is created or changed, so e.g. a file:// outside the allowed roots is never mounted.
+    findings = admission.review(state, registry, settings, model, spec, existing)
+    blocked = any(f.is_error for f in findings)
+    compile_jobs, rollouts, engines, slo_outcomes, refused = {}, {}, {}, {}, {}
     scaled = spec.get("slo") is not None and spec["slo"]["mode"] == "Operator"
     for target in targets:
         if not target.nodes:
             continue  # nothing could run it; the status says which pool matched no node
-        desired = build_compile_job(model, spec, target, settings)
-        compile_jobs[target.name] = _apply_if_changed(state, desired, existing.get(target.name))
+        if blocked:
+            if target.name not in existing:
+                continue
+            compile_jobs[target.name] = existing[target.name]
+        else:
+            desired = build_compile_job(model, spec, target, settings)
+            compile_jobs[target.name] = _apply_if_changed(state, desired, existing.get(target.name))
         deployment_name = serving.target_name(meta["name"], target)
         rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
         engine = desired_engine(compile_jobs[target.name], rollout)
@@ -137,6 +166,13 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
                 rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings))
             except RegistryError as error:
                 log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
+            except (ParseError, client.ApiException) as error:
+                why = refusal(error)
+                if why is None:
+                    raise
+                refused[target.name] = why  # no retry can help: the status says so until the spec changes
+                log.warning("serving objects of %s/%s on %s refused: %s", meta["namespace"], meta["name"],
+                            target.name, why)  # fmt: skip
             else:
                 engines[target.name] = engine
                 if target.name in slo_outcomes:
@@ -152,8 +188,9 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         )
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
     status = inference_model_status(
-        model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes
-    )
+        model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes,
+        spec_valid=admission_checks.spec_valid_condition(findings), refused=refused,
+    )  # fmt: skip
     return _write_status(state, model, status)
 
 

@@ -117,6 +117,12 @@ class Registry(ABC):
     def engine_uri(self, digest: str) -> str:
         return f"{self.uri}/engines/{digest}"
 
+    def prepare(self) -> None:
+        """Called once by a long-lived user (the operator) before its first use: create what the
+        store needs to exist (a filesystem root). After it, a store that is gone is unavailable,
+        not empty. Never raises: a store that cannot be prepared reports itself when used."""
+        return None  # an object store (S3) needs nothing
+
     def publish(self, manifest: EngineManifest, files_dir: Path) -> str:
         """Store the engine's files, then its manifest, then its index entry; return the digest."""
         files_dir = Path(files_dir)

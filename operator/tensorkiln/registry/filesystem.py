@@ -2,6 +2,11 @@
 
 Every object is written to a temporary name in its own directory, fsynced and renamed, so a
 reader (or a crash) never sees half a file.
+
+A root that does not exist yet reads as an empty registry (the first publish creates it), except
+for a registry that was `prepare`d (the operator's): its root was created then, so a root that
+is later missing (a volume not mounted, a directory moved away) is RegistryUnavailable, not a
+cache miss. A root that is not a directory, or cannot be read, is always RegistryUnavailable.
 """
 
 import os
@@ -11,13 +16,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from tensorkiln.registry.base import CHUNK_SIZE, NoSuchObject, Registry
+from tensorkiln.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryUnavailable
 
 
 class FilesystemRegistry(Registry):
     def __init__(self, root: Path):
         super().__init__(root.as_uri())
         self.root = root
+        self.prepared = False
+
+    def prepare(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # reported as RegistryUnavailable by every read until the root is there
+        self.prepared = True
 
     def _write(self, key: str, stream: BinaryIO, size: int) -> None:
         target = self.root / key
@@ -39,10 +52,22 @@ class FilesystemRegistry(Registry):
         try:
             stream = open(self.root / key, "rb")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            self._check_root()
             raise NoSuchObject(key) from None
+        except OSError as error:  # permission denied, I/O error, stale NFS handle, ...
+            raise RegistryUnavailable(f"{self.uri}: cannot read {key}: {error}") from error
         with stream:
             while chunk := stream.read(CHUNK_SIZE):
                 yield chunk
+
+    def _check_root(self) -> None:
+        """An object is missing: fine in a registry whose root is there (or not created yet)."""
+        if self.root.is_dir():
+            return
+        if self.root.exists() or self.root.is_symlink():
+            raise RegistryUnavailable(f"{self.uri}: the registry root is not a directory")
+        if self.prepared:
+            raise RegistryUnavailable(f"{self.uri}: the registry root is missing (not mounted, or moved away?)")
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -24,6 +24,17 @@ def _termination(pod: dict | None) -> dict | None:
     return None
 
 
+def _killed(terminated: dict, attempts: int) -> str | None:
+    """A compiler ended by a signal (exit code 128 + n) wrote no report: say so, with its last output."""
+    code = terminated.get("exitCode")
+    if not isinstance(code, int) or code <= 128:
+        return None
+    cause = " (SIGKILL: killed, e.g. by the OOM killer)" if code == 137 else ""
+    message = f"attempt {attempts}: the compiler exited {code}{cause}, reason {terminated.get('reason', 'Error')}"
+    output = (terminated.get("message") or "").strip()
+    return f"{message}; its output ended: {output[-1500:]}" if output else message
+
+
 @dataclass(frozen=True)
 class Published:
     """An engine found in the registry (after a compile, or as a cache hit)."""
@@ -134,6 +145,7 @@ def compile_job_status(
         status["reason"] = error.get("reason") or failed.get("reason", "Failed")
         status["message"] = (
             error.get("message")
+            or _killed(terminated, status["attempts"])
             or (terminated.get("message") or "").strip()
             or failed.get("message", "the compile Job failed")
         )[:4096]

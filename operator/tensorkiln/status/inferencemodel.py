@@ -51,7 +51,15 @@ def _compiled(entries: list[dict], empty: list[str], products_seen: list[str]) -
     return condition("Compiled", False, "Compiling", f"compiling for: {_names([e for e in entries if e not in done])}")
 
 
-def _deployed(entries: list[dict], rollouts: dict[str, Rollout], engines: dict[str, str]) -> dict:
+SERVING_REFUSED = "ServingRefused"
+
+
+def _deployed(
+    entries: list[dict], rollouts: dict[str, Rollout], engines: dict[str, str], refused: dict[str, str]
+) -> dict:
+    if refused:  # first: no wait ends it, only a new spec
+        why = "; ".join(f"{name}: {message}" for name, message in sorted(refused.items()))
+        return condition("Deployed", False, SERVING_REFUSED, why[:4096])
     pending = [e for e in entries if e["hardwareClass"] not in engines]
     if pending:
         return condition("Deployed", False, "AwaitingEngines", f"no engine yet for: {_names(pending)}")
@@ -70,6 +78,17 @@ def _deployed(entries: list[dict], rollouts: dict[str, Rollout], engines: dict[s
     return condition("Deployed", True, "RolledOut", f"every target runs its selected engine{note}")
 
 
+def _blocked_by_spec(spec_valid: dict, ready: dict, compiled: dict, phase: str) -> tuple[dict, dict, str]:
+    reason, message = spec_valid["reason"], spec_valid["message"]
+    if compiled["status"] != "True":
+        compiled = condition("Compiled", False, reason, message)
+    if ready["status"] == "True":
+        return ready, compiled, phase
+    # A file:// source outside the allowed roots needs a new spec; a missing claim or Secret may appear.
+    phase = "Failed" if reason == "FileURINotAllowed" else "Pending"
+    return condition("Ready", False, reason, message), compiled, phase
+
+
 def inference_model_status(
     model: dict,
     targets: list[HardwareClass],
@@ -80,15 +99,19 @@ def inference_model_status(
     engine_uri: Callable[[str], str],
     now: datetime,
     slo_outcomes: dict | None = None,
+    spec_valid: dict | None = None,
+    refused: dict[str, str] | None = None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
-    digest each target should serve (by class). Target `engine` is the engine being served."""
+    digest each target should serve (by class). Target `engine` is the engine being served.
+    `spec_valid`: the admission checks' SpecValid condition (tensorkiln.admission.checks).
+    `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why."""
     generation = model["metadata"].get("generation", 1)
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
     compiled = _compiled(with_nodes, empty, products_seen)
-    deployed = _deployed(with_nodes, rollouts, engines) if with_nodes else condition(
+    deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
         "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
 
@@ -102,6 +125,8 @@ def inference_model_status(
             phase = "Degraded"
         elif compiled["reason"] == "NoMatchingHardware":
             phase = "Pending"
+        elif blocking["reason"] == SERVING_REFUSED:
+            phase = "Failed"
         elif compiled["reason"] == "CompileFailed":
             failed_all = all(e.get("compilePhase") == "Failed" for e in with_nodes)
             phase = "Failed" if failed_all else "Degraded"
@@ -109,6 +134,9 @@ def inference_model_status(
             phase = "Deploying"
         else:
             phase = "Compiling"
+    if spec_valid is not None and spec_valid["status"] == "False":
+        # Admission findings stop compiling: unless it already serves, that is what the model waits for.
+        ready, compiled, phase = _blocked_by_spec(spec_valid, ready, compiled, phase)
     compiled_count = sum(1 for e in with_nodes if e.get("compilePhase") == "Succeeded")
     status = {
         "observedGeneration": generation,
@@ -127,5 +155,7 @@ def inference_model_status(
         desired += slo_conds
         if summary:
             status["sloSummary"] = summary
+    if spec_valid is not None:
+        desired.append(spec_valid)
     status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)
     return status
