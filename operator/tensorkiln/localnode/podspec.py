@@ -210,6 +210,10 @@ def _plan_container(
         )
     env = dict(launch.env)
     argv = [expand(arg, env) for arg in argv]
+    # What a rule put in argv (this machine's executable, say) is a host path, never a container
+    # path: only the pod's own command and args go through the mounts (a venv under /tmp must not
+    # land in the pod's /tmp volume).
+    from_pod = {expand(arg, env) for arg in [*c.get("command", []), *c.get("args", [])]}
 
     termination_path = container_dir / "termination-log"
     mapping = [(c.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH, termination_path), *mounts]
@@ -230,7 +234,7 @@ def _plan_container(
     working_dir = c.get("workingDir")
     return ContainerPlan(
         name=name,
-        argv=[rewrite(arg) for arg in argv],
+        argv=[rewrite(arg) if arg in from_pod else arg for arg in argv],
         env={key: value if agent_values.get(key) == value else rewrite(value) for key, value in env.items()},
         cwd=Path(rewrite(working_dir)) if working_dir else ctx.pod_dir,
         log_path=container_dir / "log",
