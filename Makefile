@@ -39,7 +39,7 @@ integration: venv
 	$(PY) -m pytest tests/integration -q
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
-## away, killed compile pods, admission fuzzing; long (about half an hour), so not part of `test`.
+## away, killed compile pods, admission fuzzing; long (about 8 minutes here), so not part of `test`.
 ## Holds the shared cluster lock throughout; TENSORKILN_FAULTS_SEED=N repeats a run's choices.
 CLUSTER_LOCK ?= /tmp/tensorkiln-cluster.lock
 faults: venv

@@ -161,6 +161,10 @@ GAPS = {
         }  # fmt: skip
     },
     "an extended resource is a whole number": {"serving": {"resources": {"limits": {"example.com/foo": "500m"}}}},
+    "an extended resource's request needs a limit": {"serving": {"resources": {"requests": {"example.com/foo": "1"}}}},
+    "an HPA's stabilization window is an int32": {
+        "slo": {"targetMilliseconds": 20, "mode": "HPA", "scaleUpStabilizationSeconds": 2**31}
+    },
     "an extended resource's request equals its limit": {
         "serving": {"resources": {"requests": {"example.com/foo": "1"}, "limits": {"example.com/foo": "2"}}}
     },
