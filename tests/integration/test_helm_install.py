@@ -90,6 +90,15 @@ def registry_volume(api, namespace, tmp_path):
 
 
 @pytest.fixture
+def alone(operator):
+    """The session's cluster-wide test operator would reconcile the release's namespace too, with a
+    registry of its own: it is stopped while the chart's operator is under test."""
+    operator.kill()
+    yield
+    operator.start()
+
+
+@pytest.fixture
 def release(api, tools, namespace, registry_volume):
     """The chart installed into the namespace, watching only it; uninstalled afterwards."""
     helm, _ = tools
@@ -169,7 +178,7 @@ def process_env(pod: client.V1Pod) -> dict[str, str]:
 
 
 def test_helm_install_reconciles_a_model_to_ready_as_the_chart_service_account(
-    api, tools, namespace, registry_volume, release, tmp_path
+    alone, api, tools, namespace, registry_volume, release, tmp_path
 ):
     _, kubectl = tools
     core = client.CoreV1Api(api)
