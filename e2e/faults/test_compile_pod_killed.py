@@ -1,11 +1,9 @@
 """A compile pod killed mid-compile (SIGKILL, exit 137): the retry budget (spec.compile.retries)
 is honoured and the failure is reported.
 
-OOM can't be simulated here: local-0's agent enforces no memory limits (README: "resource limits
-... are not enforced") and so never reports OOMKilled; the kernel's OOM killer ends a container
-with SIGKILL, which is what `signal_container` sends, and the agent reports it as exit code 137
-(reason Error). In a real cluster the same kill is reported with reason OOMKilled; the Job
-counts it against backoffLimit all the same.
+The kill comes from outside (`signal_container`, as a crash or an operator would), so the agent
+reports reason Error. A compile over its memory limit, killed by the kernel's OOM killer and
+reported OOMKilled, is test_compile_pod_oom.py.
 """
 
 import random

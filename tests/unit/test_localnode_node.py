@@ -48,7 +48,9 @@ def test_arm_machine_maps_to_arm64():
 
 
 def test_node_status_capacity_conditions_and_info():
-    status = node_status("local-0", FACTS, now="2026-01-01T00:00:30Z", ready_since="2026-01-01T00:00:00Z")
+    status = node_status(
+        "local-0", FACTS, now="2026-01-01T00:00:30Z", ready_since="2026-01-01T00:00:00Z", memory_limits=(True, "how")
+    )
     assert status["capacity"] == {
         "cpu": "8",
         "memory": "65843212Ki",
@@ -62,6 +64,20 @@ def test_node_status_capacity_conditions_and_info():
     assert conditions["Ready"]["lastHeartbeatTime"] == "2026-01-01T00:00:30Z"
     assert conditions["Ready"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert {conditions[k]["status"] for k in ("MemoryPressure", "DiskPressure", "PIDPressure")} == {"False"}
+    assert (conditions["MemoryLimitsEnforced"]["status"], conditions["MemoryLimitsEnforced"]["message"]) == (
+        "True",
+        "how",
+    )
+
+
+def test_a_node_without_memory_cgroups_says_limits_are_not_enforced_and_why():
+    status = node_status("local-0", FACTS, now="t", ready_since="t", memory_limits=(False, "no memory cgroup: why"))
+    (cond,) = [c for c in status["conditions"] if c["type"] == "MemoryLimitsEnforced"]
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False",
+        "MemoryCgroupsUnavailable",
+        "no memory cgroup: why",
+    )
     assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]
     assert {"type": "Hostname", "address": "local-0"} in status["addresses"]
     info = status["nodeInfo"]
@@ -87,4 +103,5 @@ def test_lease_is_owned_by_the_node():
 def test_probe_reads_this_machine(tmp_path):
     facts = MachineFacts.probe(tmp_path)
     assert facts.cpu_count >= 1 and facts.disk_bytes > 0
-    assert node_status("local-0", facts, now="t", ready_since="t")["capacity"]["memory"].endswith("Ki")
+    status = node_status("local-0", facts, now="t", ready_since="t", memory_limits=(False, "why"))
+    assert status["capacity"]["memory"].endswith("Ki")

@@ -342,3 +342,23 @@ def test_agent_path_is_not_rewritten_by_a_mount_that_prefixes_it():
     plan = plan_pod(pod, ctx, FakeResolver())
     assert plan.containers[0].env["PATH"] == "/work/main/.venv/bin:/usr/bin"
     assert plan.containers[0].argv == ["tool"]
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({}, None),
+        ({"memory": "64Mi"}, 64 << 20),
+        ({"memory": "1.5Gi"}, 3 << 29),
+        ({"memory": "100m"}, 1),
+        ({"memory": "0"}, None),
+    ],
+)
+def test_memory_limit_in_bytes_rounded_up_and_zero_is_none(limits, expected):
+    assert plan_one(container(resources={"requests": {"memory": "1Mi"}, "limits": limits})).memory_limit == expected
+
+
+def test_a_bad_memory_limit_fails_the_pod_naming_the_field():
+    with pytest.raises(PlanError, match=r'container "main": resources.limits.memory \'lots\'') as err:
+        plan_one(container(resources={"limits": {"memory": "lots"}}))
+    assert err.value.permanent

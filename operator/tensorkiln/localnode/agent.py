@@ -10,6 +10,7 @@ pods that no longer exist are released. Each pod is run by its own `PodWorker`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
+from .cgroups import Unavailable, open_memory_cgroups
 from .ipam import IpAllocator
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .node import LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
@@ -88,12 +90,14 @@ class Agent:
         self._workers: dict[str, PodWorker] = {}
         self._node_uid = ""
         self._ready_since = ""
+        self._memory_limits = (False, "not checked yet")
         self._stop = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
         if leftovers := sweep(self.state_dir):
             log.info("killed %d process sessions left by a previous agent", leftovers)
+        self._enforce_memory_limits()
         if not retry(self._register, what="registering the node", stop=stop):
             return
         for target, name in ((self._heartbeat, "heartbeat"), (self._pods, "pods")):
@@ -105,6 +109,20 @@ class Agent:
             worker.stop("shutdown")
         for worker in workers:
             worker.join(WORKER_JOIN_S)
+
+    def _enforce_memory_limits(self) -> None:
+        """Memory cgroups for the containers' limits, or the reason there are none (node condition)."""
+        try:
+            memory = open_memory_cgroups(self.node_name)
+        except (Unavailable, OSError, ValueError) as exc:
+            self._memory_limits = (False, f"container memory limits are not enforced: {exc}")
+            log.warning("%s", self._memory_limits[1])
+            return
+        if leftovers := memory.sweep():
+            log.info("removed %d memory cgroups left by a previous agent", leftovers)
+        self.env = dataclasses.replace(self.env, memory=memory)
+        self._memory_limits = (True, memory.describe())
+        log.info("%s", memory.describe())
 
     # -- node ---------------------------------------------------------------------------------
 
@@ -142,7 +160,9 @@ class Agent:
 
     def _post_status(self, facts: MachineFacts | None = None) -> None:
         facts = facts or MachineFacts.probe(self.state_dir)
-        status = node_status(self.node_name, facts, now=timestamp(), ready_since=self._ready_since)
+        status = node_status(
+            self.node_name, facts, now=timestamp(), ready_since=self._ready_since, memory_limits=self._memory_limits
+        )
         self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}/status", body={"status": status}, patch="strategic")
 
     def _renew_lease(self) -> None:

@@ -3,6 +3,8 @@
 `MachineFacts.probe()` is the only part that reads the machine; the builders are pure so the
 objects can be checked in unit tests. Labels are truthful: architecture, CPU model and the CPU
 features NFD would report. There are no taints and no kwok annotation: local-0 is a real node.
+Whether containers' memory limits are enforced (cgroups.py) is the condition MemoryLimitsEnforced,
+with the reason when they are not: the node never claims what it does not do.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ MAX_PODS = "110"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
 HOST_IP = "127.0.0.1"
+MEMORY_LIMITS = "MemoryLimitsEnforced"  # a node condition of ours, as node-problem-detector adds its own
 
 _ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 _PRESSURES = (
@@ -77,7 +80,8 @@ def node_object(name: str, facts: MachineFacts) -> dict:
     }
 
 
-def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str) -> dict:
+def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str, memory_limits: tuple[bool, str]) -> dict:
+    """memory_limits: (enforced, how or why not)."""
     capacity = {
         "cpu": str(facts.cpu_count),
         "memory": f"{mem_total_kib(facts.meminfo)}Ki",
@@ -88,6 +92,9 @@ def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str) -
     conditions.append(
         _condition("Ready", "True", "LocalNodeAgentReady", "local node agent is posting ready status", now, ready_since)
     )
+    enforced, how = memory_limits
+    reason = "MemoryCgroups" if enforced else "MemoryCgroupsUnavailable"
+    conditions.append(_condition(MEMORY_LIMITS, str(enforced), reason, how, now, ready_since))
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),  # nothing is reserved: requests are not enforced

@@ -40,13 +40,16 @@ Env follows the kubelet: POD_IP, HOSTNAME, HOME and a PATH with the project venv
 envFrom, then env, with $(VAR) expansion in env values, command and args. A volume mounted at
 /tmp also sets TMPDIR (unless the pod does), so temporary files land in the volume.
 
-Not enforced: resource requests and limits, securityContext, readOnly mounts, ports (a process
-binds what it likes; the pod IP gives each pod its own loopback address).
+Resources: a container's `limits.memory` becomes `ContainerPlan.memory_limit` (bytes, rounded up;
+0 means none, as for the kubelet), which the agent enforces with a memory cgroup where it can
+(cgroups.py). Not enforced: requests, CPU limits, securityContext, readOnly mounts, ports (a
+process binds what it likes; the pod IP gives each pod its own loopback address).
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import tempfile
@@ -55,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from kubernetes.utils import parse_quantity
 
 from .images import IMAGE_RULES, ImageRule, Launch, rule_for
 from .probes import Probe, ProbeError, parse_probe
@@ -134,6 +139,7 @@ class ContainerPlan:
     fallback_to_logs: bool
     probes: dict[str, Probe]  # "startup" / "readiness" / "liveness"
     links: dict[Path, Path] = field(default_factory=dict)  # the mount view: symlink -> local directory
+    memory_limit: int | None = None  # resources.limits.memory in bytes; None: no limit
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,26 @@ def _plan_container(
         fallback_to_logs=c.get("terminationMessagePolicy") == "FallbackToLogsOnError",
         probes=probes,
         links=mount_view(root, mounts),
+        memory_limit=memory_limit(c),
     )
+
+
+def memory_limit(c: dict) -> int | None:
+    """resources.limits.memory in bytes, rounded up as the kubelet does; None when unset or 0."""
+    text = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+    if text is None:
+        return None
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise PlanError(
+            CONFIG_ERROR,
+            f'container "{c["name"]}": resources.limits.memory {text!r} is not a memory quantity',
+            permanent=True,
+        )
+    return math.ceil(value) or None
 
 
 def mount_view(root: Path, mounts: list[tuple[str, Path]]) -> dict[Path, Path]:

@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .cgroups import ContainerCgroup
 from .podspec import ContainerPlan
 
 log = logging.getLogger(__name__)
@@ -27,16 +28,31 @@ class StartError(Exception):
 
 
 class Process:
-    def __init__(self, popen: subprocess.Popen, plan: ContainerPlan, log_offset: int):
+    def __init__(
+        self, popen: subprocess.Popen, plan: ContainerPlan, log_offset: int, cgroup: ContainerCgroup | None = None
+    ):
         self._popen = popen
         self._plan = plan
         self._log_offset = log_offset
+        self._cgroup = cgroup
+        self.oom_killed = False  # known once poll() returned the exit code
+        self.peak_bytes: int | None = None  # the cgroup's peak memory use, likewise
         self._start_ticks = _start_ticks(popen.pid) or 0
         self._pid_file = plan.log_path.parent / "pid"
         self._pid_file.write_text(f"{popen.pid} {self._start_ticks}\n")
 
     @classmethod
-    def spawn(cls, plan: ContainerPlan) -> Process:
+    def spawn(cls, plan: ContainerPlan, cgroup: ContainerCgroup | None = None) -> Process:
+        """Start the container's process; with `cgroup`, inside it (removed again if the start fails)."""
+        try:
+            return cls._spawn(plan, cgroup)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.close()
+            raise
+
+    @classmethod
+    def _spawn(cls, plan: ContainerPlan, cgroup: ContainerCgroup | None) -> Process:
         plan.log_path.parent.mkdir(parents=True, exist_ok=True)
         plan.termination_path.write_bytes(b"")  # a fresh termination message per run
         if not plan.cwd.is_dir():
@@ -52,23 +68,31 @@ class Process:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=cgroup.enter() if cgroup else None,
                 )
             except FileNotFoundError:
                 raise StartError(f'exec: "{plan.argv[0]}": executable file not found in $PATH') from None
             except OSError as exc:
                 raise StartError(f'exec: "{plan.argv[0]}": {exc.strerror}') from None
-        return cls(popen, plan, offset)
+            except subprocess.SubprocessError as exc:  # the preexec_fn failed: not in the cgroup
+                raise StartError(f"moving the process into memory cgroup {cgroup.path}: {exc}") from None
+        return cls(popen, plan, offset, cgroup)
 
     @property
     def pid(self) -> int:
         return self._popen.pid
 
     def poll(self) -> int | None:
-        """The leader's return code once it exited; then whatever it left running is killed."""
+        """The leader's return code once it exited; then whatever it left running is killed, and
+        its memory cgroup (if any) read (`oom_killed`, `peak_bytes`) and removed."""
         code = self._popen.poll()
         if code is not None and self._pid_file.exists():
             _signal_session(self.pid, self._start_ticks, signal.SIGKILL)
             self._pid_file.unlink(missing_ok=True)
+        if code is not None and self._cgroup is not None:
+            self.peak_bytes = self._cgroup.peak_bytes()
+            self.oom_killed = self._cgroup.close()
+            self._cgroup = None
         return code
 
     def terminate(self) -> None:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroups import ContainerCgroup, MemoryCgroups
 from .ipam import IpAllocator, IpExhausted
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .node import HOST_IP
@@ -69,6 +70,7 @@ BACKOFF_RESET_S = 600
 DEFAULT_GRACE_S = 30
 STATUS_RETRY_CAP_S = 30
 DEADLINE_REASON = "DeadlineExceeded"
+OOM_KILLED = "OOMKilled"
 INITIAL_PROBE_RESULT = {"startup": None, "readiness": False, "liveness": True}  # as the kubelet's prober
 LOST = dict(
     exit_code=137,
@@ -89,6 +91,7 @@ class NodeEnv:
     search_path: str
     shutdown_grace_s: float = 5
     apiserver: str = ""  # for pods' in-cluster access (podspec); "": none
+    memory: MemoryCgroups | None = None  # None: memory limits are not enforced on this node
 
     def pod_dir(self, uid: str) -> Path:
         return self.state_dir / "pods" / uid
@@ -292,7 +295,7 @@ class PodWorker:
             return
         code = c.process.poll()
         if code is not None:
-            self._exited(c, exit_code(code))
+            self._ended(c, code)
         elif not c.init:
             self._probe(c)
 
@@ -301,7 +304,7 @@ class PodWorker:
             c.state.restart_count += 1
         c.run_started, c.start_at = now, None
         try:
-            c.process = Process.spawn(c.plan)
+            c.process = Process.spawn(c.plan, self._memory_cgroup(c))
         except (StartError, OSError) as exc:
             self._exited(c, 128, reason="StartError", message=str(exc))
             return
@@ -334,8 +337,30 @@ class PodWorker:
                     kind,
                     detail,
                 )
-                self._exited(c, exit_code(c.process.stop(self._grace_s())))
+                self._ended(c, c.process.stop(self._grace_s()))
                 return
+
+    def _memory_cgroup(self, c: Container) -> ContainerCgroup | None:
+        """The container's memory cgroup, with its limit; None without a limit or enforcement."""
+        if c.plan.memory_limit is None or self.env.memory is None:
+            return None
+        return self.env.memory.create(f"{self.uid}_{c.state.name}", c.plan.memory_limit)
+
+    def _ended(self, c: Container, returncode: int) -> None:
+        """The container's process ended (a Popen return code); OOMKilled when the kernel's OOM
+        killer struck in its memory cgroup, whatever the exit code (as containerd reports it)."""
+        process = c.process
+        if process.oom_killed:
+            log.info(
+                "pod %s/%s: container %s OOMKilled (exit code %d, memory limit %d bytes, peak %s bytes)",
+                self.namespace,
+                self.name,
+                c.state.name,
+                exit_code(returncode),
+                c.plan.memory_limit,
+                process.peak_bytes,
+            )
+        self._exited(c, exit_code(returncode), reason=OOM_KILLED if process.oom_killed else None)
 
     def _exited(self, c: Container, code: int, *, reason: str | None = None, message: str | None = None) -> None:
         if message is None:
@@ -390,7 +415,7 @@ class PodWorker:
         for c in live:
             c.process.terminate()
         for c in live:
-            self._exited(c, exit_code(c.process.wait(deadline)))
+            self._ended(c, c.process.wait(deadline))
         for c in self._inits + self._apps:
             c.start_at = None
 
