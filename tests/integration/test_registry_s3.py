@@ -23,8 +23,8 @@ ACCESS_KEY, SECRET_KEY, BUCKET = "tensorkiln-test", "tensorkiln-test-secret", "e
 class VersityGateway:
     """A versitygw process serving data_dir (each bucket is a directory) on 127.0.0.1."""
 
-    def __init__(self, data_dir: Path):
-        self.data_dir = data_dir
+    def __init__(self, data_dir: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY):
+        self.data_dir, self.access_key, self.secret_key = data_dir, access_key, secret_key
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with socket.socket() as probe:  # a free port, released just before the server takes it
             probe.bind(("127.0.0.1", 0))
@@ -32,7 +32,7 @@ class VersityGateway:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = self.data_dir.parent / f"versitygw-{self.port}.log"
         # Credentials through the environment: none on the command line, where ps would show them.
-        env = {**os.environ, "ROOT_ACCESS_KEY_ID": ACCESS_KEY, "ROOT_SECRET_ACCESS_KEY": SECRET_KEY}
+        env = {**os.environ, "ROOT_ACCESS_KEY_ID": access_key, "ROOT_SECRET_ACCESS_KEY": secret_key}
         command = [
             str(binaries.ensure(("versitygw",)) / "versitygw"),
             "--port",
@@ -58,7 +58,7 @@ class VersityGateway:
         raise TimeoutError(f"versitygw not listening on {self.endpoint} after {timeout}s")
 
     def client(self) -> Minio:
-        return Minio(f"127.0.0.1:{self.port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False)
+        return Minio(f"127.0.0.1:{self.port}", access_key=self.access_key, secret_key=self.secret_key, secure=False)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -1,0 +1,339 @@
+"""No secret value in logs, Events, status, workload specs, ConfigMaps or /metrics.
+
+Two unique random S3 secret keys are planted: the right one (versitygw's root key, in the
+operator's environment and in the registry credentials Secret of the namespace `good`) and a
+wrong one (the Secret of the namespace `wrong`, and the environment of a second operator that
+watches only the namespace `refused`). Each namespace holds one InferenceModel whose source is
+an object in the same S3 server, so every path that uses the credentials runs for real:
+
+- good: the operator looks the engine up in the S3 registry; the compile pod on local-0 fetches
+  the model from S3 and publishes the engine; the Triton pod's engine-fetch pulls it; Ready.
+- wrong: the compile pod's fetch is refused by S3 (AccessDenied); the CompileJob fails.
+- refused: the operator's own registry lookup is refused (SignatureDoesNotMatch); kopf logs the
+  exception with its traceback and retries.
+
+Then every place a value could leak to is searched for each planted key, as is and in base64 at
+every alignment (inside a longer encoded text too). Pod logs are read from the local node's files
+(`kubectl logs` needs a kubelet port, which local-0 does not serve).
+"""
+
+import base64
+import json
+import secrets
+import signal
+import subprocess
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from tensorkiln.api import GROUP, VERSION
+from tensorkiln.localcluster import paths
+
+from .conftest import Operator
+from .helpers import namespace_exists, wait_for
+from .test_registry_s3 import VersityGateway
+
+pytestmark = [pytest.mark.cluster, pytest.mark.s3]
+
+REGISTRY_SECRET = "registry-credentials"
+ENGINES, MODELS = "engines", "models"
+SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/ocr-cls-cpu.yaml").read_text())
+MODEL_FILE = Path(SAMPLE["spec"]["source"]["uri"].removeprefix("file://"))
+# S3's answer to a request signed with the wrong secret key; minio names a refused HEAD (no body) by its status.
+REFUSALS = ("SignatureDoesNotMatch", "AccessDenied")
+
+
+def encodings(value: str) -> dict[str, str]:
+    """The value, and its base64 at each of the three byte alignments it can have inside a longer
+    encoded text, less the characters that mix in neighbouring bytes."""
+    raw = value.encode()
+    found = {"plain": value}
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw).decode()
+        found[f"base64, offset {shift}"] = encoded[-(-8 * shift // 6) : 8 * (shift + len(raw)) // 6]
+    return found
+
+
+def leaks(places: dict[str, str], planted: dict[str, str]) -> list[str]:
+    return [
+        f"the {label} secret key ({how}) in {place}"
+        for place, text in places.items()
+        for label, value in planted.items()
+        for how, form in encodings(value).items()
+        if form in text
+    ]
+
+
+@dataclass
+class Scenario:
+    planted: dict[str, str]  # label -> planted secret key
+    namespaces: dict[str, str]  # role (good, wrong, refused) -> namespace
+    objects: dict[str, dict]  # "Kind ns/name" -> the object as the API server returns it
+    places: dict[str, dict[str, str]] = field(default_factory=dict)  # kind of place -> where -> text
+
+
+def model_body(namespace: str, name: str, key: str, retries: int) -> dict:
+    """The sample's real model, read from S3; FP32 only and one replica: the cheapest full path."""
+    spec = json.loads(json.dumps(SAMPLE["spec"]))
+    spec["source"]["uri"] = f"s3://{MODELS}/{key}"
+    spec["compile"] = {**spec["compile"], "precisions": ["FP32"], "retries": retries}
+    del spec["compile"]["calibration"]
+    spec["slo"] |= {"minReplicas": 1, "maxReplicas": 1}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def serialise(api, obj) -> dict:
+    return obj if isinstance(obj, dict) else api.sanitize_for_serialization(obj)
+
+
+def namespaced_objects(api, namespace: str) -> dict[str, dict]:
+    """Everything the operator and the controllers make in a namespace; Secrets left out."""
+    core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
+    policy, scaling = client.PolicyV1Api(api), client.AutoscalingV2Api(api)
+    custom = client.CustomObjectsApi(api)
+    lists = {
+        "InferenceModel": custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels")["items"],
+        "CompileJob": custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "compilejobs")["items"],
+        "Event": core.list_namespaced_event(namespace).items,
+        "ConfigMap": core.list_namespaced_config_map(namespace).items,
+        "Job": batch.list_namespaced_job(namespace).items,
+        "Deployment": apps.list_namespaced_deployment(namespace).items,
+        "ReplicaSet": apps.list_namespaced_replica_set(namespace).items,
+        "Pod": core.list_namespaced_pod(namespace).items,
+        "Service": core.list_namespaced_service(namespace).items,
+        "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget(namespace).items,
+        "HorizontalPodAutoscaler": scaling.list_namespaced_horizontal_pod_autoscaler(namespace).items,
+    }
+    found = {}
+    for kind, items in lists.items():
+        for item in items:
+            obj = serialise(api, item)
+            found[f"{kind} {namespace}/{obj['metadata']['name']}"] = obj
+    return found
+
+
+def pod_log_files(pod: dict) -> dict[str, str]:
+    """Every container's log and termination message on the local node, by container."""
+    pod_dir = paths.LOCALNODE_STATE / "pods" / pod["metadata"]["uid"]
+    return {
+        f"{path.parent.name} {path.name}": path.read_text(errors="replace")
+        for path in sorted(pod_dir.glob("*/log")) + sorted(pod_dir.glob("*/termination-log"))
+    }
+
+
+def metrics_text(op: Operator) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def stop(op: Operator) -> None:
+    """SIGTERM, so the operator stops as in a rollout; SIGKILL if it hangs."""
+    if op.proc and op.proc.poll() is None:
+        op.proc.send_signal(signal.SIGTERM)
+        try:
+            op.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            op.kill()
+
+
+def custom_object(api, namespace: str, plural: str, name: str) -> dict | None:
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def compile_job_of(api, namespace: str) -> dict | None:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "compilejobs")
+    return items["items"][0] if items["items"] else None
+
+
+def phase(obj: dict | None) -> str | None:
+    return (obj or {}).get("status", {}).get("phase")
+
+
+@pytest.fixture(scope="module")
+def scenario(api, tmp_path_factory):
+    planted = {"right": f"planted-{secrets.token_hex(20)}", "wrong": f"planted-{secrets.token_hex(20)}"}
+    access_key = f"tk-{uuid.uuid4().hex[:12]}"
+    server = VersityGateway(tmp_path_factory.mktemp("hygiene-s3") / "data", access_key, planted["right"])
+    core = client.CoreV1Api(api)
+    suffix = uuid.uuid4().hex[:8]
+    namespaces = {role: f"t-sec-{role}-{suffix}" for role in ("good", "wrong", "refused")}
+    keys = {"good": planted["right"], "wrong": planted["wrong"], "refused": planted["wrong"]}
+    agent_log = paths.LOCALNODE_STATE / "agent.log"
+    agent_log_start = agent_log.stat().st_size if agent_log.exists() else 0
+    created, operators = [], {}
+
+    def operator(name: str, watched: list[str], secret_key: str) -> Operator:
+        op = Operator(
+            tmp_path_factory.mktemp(f"hygiene-{name}") / "operator.log",
+            f"s3://{ENGINES}/{suffix}",
+            args=[arg for ns in watched for arg in ("--namespace", ns)],
+            env={
+                "TENSORKILN_S3_ENDPOINT": server.endpoint,
+                "AWS_ACCESS_KEY_ID": access_key,
+                "AWS_SECRET_ACCESS_KEY": secret_key,
+                "TENSORKILN_REGISTRY_SECRET": REGISTRY_SECRET,
+                "TENSORKILN_LOG_FORMAT": "json",
+            },
+        )
+        operators[name] = op
+        op.start()
+        return op
+
+    try:
+        s3 = server.client()
+        for bucket in (ENGINES, MODELS):
+            s3.make_bucket(bucket)
+        for role in namespaces:
+            s3.fput_object(MODELS, f"{role}/cls.onnx", str(MODEL_FILE))
+        for role, namespace in namespaces.items():
+            core.create_namespace({"metadata": {"name": namespace}})
+            created.append(namespace)
+            credentials = {
+                "AWS_ACCESS_KEY_ID": access_key,
+                "AWS_SECRET_ACCESS_KEY": keys[role],
+                "TENSORKILN_S3_ENDPOINT": server.endpoint,
+            }
+            secret = {"metadata": {"name": REGISTRY_SECRET}, "stringData": credentials}
+            core.create_namespaced_secret(namespace, secret)
+
+        main = operator("main", [namespaces["good"], namespaces["wrong"]], planted["right"])
+        refused = operator("refused", [namespaces["refused"]], planted["wrong"])
+        custom = client.CustomObjectsApi(api)
+        for role, namespace in namespaces.items():
+            body = model_body(namespace, f"ocr-{role}", f"{role}/cls.onnx", retries=0 if role == "wrong" else 2)
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", body)
+
+        # The refused operator first: once S3 has refused its lookup, it has nothing more to show.
+        wait_for(
+            lambda: any(code in refused.log() for code in REFUSALS),
+            timeout=120,
+            what=f"S3 to refuse the lookup\n{refused.log()[-3000:]}",
+        )
+        refused_metrics = metrics_text(refused)
+        stop(refused)
+        wait_for(
+            lambda: phase(compile_job_of(api, namespaces["wrong"])) == "Failed",
+            timeout=240,
+            interval=2,
+            what=f"the compile with the wrong key to fail\n{main.log()[-3000:]}",
+        )
+        wait_for(
+            lambda: phase(custom_object(api, namespaces["good"], "inferencemodels", "ocr-good")) == "Ready",
+            timeout=420,
+            interval=3,
+            what=f"the model to be Ready\n{main.log()[-3000:]}",
+        )
+        main_metrics = metrics_text(main)
+
+        objects = {}
+        for namespace in namespaces.values():
+            objects |= namespaced_objects(api, namespace)
+        result = Scenario(planted, namespaces, objects)
+        result.places["operator logs"] = {f"the {name} operator's output": op.log() for name, op in operators.items()}
+        result.places["operator /metrics"] = {
+            "the main operator's /metrics": main_metrics,
+            "the refused operator's /metrics": refused_metrics,
+        }
+        pod_logs = {
+            f"{where}: {container}": text
+            for where, obj in objects.items()
+            if where.startswith("Pod ")
+            for container, text in pod_log_files(obj).items()
+        }
+        pod_logs["the local node agent's log"] = agent_log.read_bytes()[agent_log_start:].decode(errors="replace")
+        result.places["pod logs"] = pod_logs
+        for place, kinds in (
+            ("Events", ("Event",)),
+            ("InferenceModel and CompileJob objects", ("InferenceModel", "CompileJob")),
+            ("workloads", ("Job", "Deployment", "ReplicaSet", "Pod", "Service", "PodDisruptionBudget")),
+            ("ConfigMaps", ("ConfigMap",)),
+        ):
+            result.places[place] = {
+                where: json.dumps(obj) for where, obj in objects.items() if where.split(" ")[0] in kinds
+            }
+        yield result
+    finally:
+        for op in operators.values():
+            stop(op)
+        for namespace in created:
+            core.delete_namespace(namespace)
+        for namespace in created:
+            wait_for(
+                lambda n=namespace: not namespace_exists(core, n), timeout=180, what=f"namespace {namespace} deleted"
+            )
+        server.stop()
+
+
+def test_every_path_used_the_planted_credentials(scenario):
+    objects, ns = scenario.objects, scenario.namespaces
+    good_cj, wrong_cj = (
+        next(o for w, o in objects.items() if w.startswith(f"CompileJob {ns[r]}/")) for r in ("good", "wrong")
+    )
+    assert good_cj["status"]["phase"] == "Succeeded"
+    assert good_cj["status"]["cacheHit"] is False, "the compile pod must have fetched from and published to S3"
+    assert good_cj["status"]["engine"]["uri"].startswith(f"s3://{ENGINES}/")
+    fetch = [w for w in scenario.places["pod logs"] if w.startswith(f"Pod {ns['good']}/") and "engine-fetch" in w]
+    assert fetch, "the Triton pod's engine-fetch, which reads the Secret, must have run"
+
+    assert any(code in wrong_cj["status"]["message"] for code in REFUSALS), wrong_cj["status"]
+    refused_log = scenario.places["operator logs"]["the refused operator's output"]
+    assert any(code in refused_log for code in REFUSALS)
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        "operator logs",
+        "operator /metrics",
+        "pod logs",
+        "Events",
+        "InferenceModel and CompileJob objects",
+        "workloads",
+        "ConfigMaps",
+    ],
+)
+def test_no_planted_secret_key_appears(scenario, place):
+    texts = scenario.places[place]
+    assert texts, f"nothing collected from {place}: the search would prove nothing"
+    found = leaks(texts, scenario.planted)
+    assert not found, f"planted credentials leaked into {place}:\n" + "\n".join(found)
+
+
+def _containers(pod_spec: dict) -> list[dict]:
+    return pod_spec.get("initContainers", []) + pod_spec.get("containers", [])
+
+
+def test_workloads_take_the_credentials_by_reference(scenario):
+    """The compiler and engine-fetch containers name the Secret; no env entry carries a value
+    for a credential variable."""
+    specs = {}
+    for where, obj in scenario.objects.items():
+        kind = where.split(" ")[0]
+        if kind == "Pod":
+            specs[where] = obj["spec"]
+        elif kind in ("Job", "Deployment"):
+            specs[where] = obj["spec"]["template"]["spec"]
+    users = {"compiler", "engine-fetch"}
+    referencing = 0
+    for where, spec in specs.items():
+        for container in _containers(spec):
+            inline = [e["name"] for e in container.get("env", []) if e["name"].startswith("AWS_") and "value" in e]
+            assert not inline, f"{where} container {container['name']} carries {inline} inline"
+            if container["name"] in users:
+                assert {"secretRef": {"name": REGISTRY_SECRET}} in container.get("envFrom", []), (where, container)
+                referencing += 1
+    assert referencing >= 4, "a compile Job and Pod, a Deployment and a Triton Pod at least"
