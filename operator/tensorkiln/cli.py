@@ -44,11 +44,11 @@ def _operator(args) -> int:
     if args.action == "run":
         if args.all_namespaces and args.namespace:
             sys.exit("tensorkiln operator run: --all-namespaces and --namespace exclude each other")
-        from tensorkiln import incluster
+        from tensorkiln import incluster, peering
 
         incluster.register_login()
         if args.peering:
-            incluster.join_peering(args.peering)
+            peering.join(args.peering)
         operator_runner.run(args.namespace, args.log_format)
     elif args.action == "start":
         print(f"operator started, pid {operator_runner.start()}; log: {operator_runner.LOGFILE}")

@@ -15,6 +15,7 @@ LOCAL_WEBHOOK = "tensorkiln-local"  # the ValidatingWebhookConfiguration of `ope
 def run(namespaces: list[str], log_format: str | None = None) -> None:
     import kopf
 
+    from tensorkiln import peering
     from tensorkiln.controllers import handlers  # registers the handlers
     from tensorkiln.observability import logs, metrics
 
@@ -31,6 +32,7 @@ def run(namespaces: list[str], log_format: str | None = None) -> None:
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=True,
+            identity=peering.IDENTITY,  # how the resync loop tells itself from its peers
             # Answers once the startup handlers are done: the liveness and the readiness probe.
             liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
         )

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from kubernetes import client
 from tensorkiln import kube, operator_runner
+from tensorkiln.api import crdgen
 from tensorkiln.localcluster import paths, prometheus
 
 from .helpers import namespace_exists, wait_for
@@ -89,6 +90,37 @@ def operator(api, tmp_path_factory):
     op.start()
     yield op
     op.kill()
+
+
+@pytest.fixture
+def alone(operator):
+    """For tests of operators of their own (the chart's, peered ones): the session's cluster-wide
+    test operator would reconcile their namespaces too, so it is stopped meanwhile."""
+    operator.kill()
+    yield
+    operator.start()
+
+
+@pytest.fixture
+def kopf_peering_crds(api):
+    """kopf's peering CRDs (the chart installs them); removed afterwards unless the cluster had them."""
+    extensions = client.ApiextensionsV1Api(api)
+    existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
+    created = [crd for crd in crdgen.kopf_peering_crds() if crd["metadata"]["name"] not in existing]
+    for crd in created:
+        extensions.create_custom_resource_definition(crd)
+    for crd in created:
+        wait_for(
+            lambda name=crd["metadata"]["name"]: any(
+                c.type == "Established" and c.status == "True"
+                for c in extensions.read_custom_resource_definition(name).status.conditions or []
+            ),
+            timeout=30,
+            what=f"CRD {crd['metadata']['name']} established",
+        )
+    yield
+    for crd in created:
+        extensions.delete_custom_resource_definition(crd["metadata"]["name"])
 
 
 @pytest.fixture

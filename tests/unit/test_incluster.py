@@ -1,26 +1,12 @@
 """`tensorkiln operator run` as the chart's Deployment runs it: --peering, --all-namespaces."""
 
-import kopf
 import pytest
-from tensorkiln import cli, incluster, operator_runner
-
-
-def test_join_peering_turns_kopf_from_standalone_to_mandatory_peering():
-    registry = kopf.OperatorRegistry()
-    incluster.join_peering("tensorkiln", registry=registry)
-    (handler,) = registry._activities.get_all_handlers()  # kopf has no public accessor
-    assert handler.activity.value == "startup"
-    settings = kopf.OperatorSettings()
-    settings.peering.standalone = True  # what the runner passes
-    handler.fn(settings=settings)
-    assert settings.peering.standalone is False
-    assert settings.peering.mandatory is True
-    assert settings.peering.name == "tensorkiln"
+from tensorkiln import cli, operator_runner, peering
 
 
 def test_run_with_peering_joins_it_before_starting(monkeypatch):
     calls = []
-    monkeypatch.setattr(incluster, "join_peering", lambda name: calls.append(("peering", name)))
+    monkeypatch.setattr(peering, "join", lambda name: calls.append(("peering", name)))
     monkeypatch.setattr(operator_runner, "run", lambda namespaces, *rest: calls.append(("run", namespaces)))
     with pytest.raises(SystemExit) as done:
         cli.main(["operator", "run", "--namespace", "team-a", "--namespace", "team-b", "--peering", "tensorkiln"])
@@ -30,7 +16,7 @@ def test_run_with_peering_joins_it_before_starting(monkeypatch):
 
 def test_run_without_peering_is_the_plain_standalone_run(monkeypatch):
     calls = []
-    monkeypatch.setattr(incluster, "join_peering", lambda name: calls.append(("peering", name)))
+    monkeypatch.setattr(peering, "join", lambda name: calls.append(("peering", name)))
     monkeypatch.setattr(operator_runner, "run", lambda namespaces, *rest: calls.append(("run", namespaces)))
     with pytest.raises(SystemExit):
         cli.main(["operator", "run", "--all-namespaces"])

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
-from tensorkiln import kube
+from tensorkiln import kube, peering
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.controllers import compilejob, events, inferencemodel
@@ -132,11 +132,36 @@ async def _resync_forever() -> None:
     while True:
         await asyncio.sleep(SETTINGS.resync_seconds)
         try:
+            if await asyncio.to_thread(_paused):
+                continue
             await asyncio.to_thread(resync_all)
         except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
             log.exception("resync pass failed; retrying at the next pass")
             continue
         _last_resync = time.monotonic()
+
+
+_paused_by: list[str] = []
+
+
+def _paused() -> bool:
+    """Whether a peer operator acts now (kopf has paused our handlers too): skip this pass.
+    Unknown (the API server unreachable) counts as paused: acting twice is the worse mistake."""
+    global _paused_by
+    if not peering.joined():
+        return False
+    try:
+        peers = peering.paused_by(state().custom, WATCHED_NAMESPACES)
+    except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
+        log.warning("resync: cannot read the peering object, skipping this pass: %s", error)
+        return True
+    if peers != _paused_by:
+        if peers:
+            log.info("resync paused in favour of %s", ", ".join(peers))
+        else:
+            log.info("resync resumed: no peer acts")
+        _paused_by = peers
+    return bool(peers)
 
 
 def _list(plural: str) -> list[dict]:

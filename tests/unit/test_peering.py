@@ -1,0 +1,54 @@
+"""kopf peering as the resync loop reads it: the same rule kopf applies to its own handlers."""
+
+from datetime import UTC, datetime, timedelta
+
+import kopf
+from tensorkiln import peering
+
+NOW = datetime(2026, 11, 30, 20, 0, tzinfo=UTC)
+
+
+def entry(seconds_ago: float, priority: int = 0, lifetime: int = 60) -> dict:
+    """A peer as kopf writes it into the peering object's status."""
+    return {"priority": priority, "lifetime": lifetime, "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat()}
+
+
+def test_join_turns_kopf_from_standalone_to_mandatory_peering(monkeypatch):
+    monkeypatch.setattr(peering, "_joined", None)  # joined for this test only
+    registry = kopf.OperatorRegistry()
+    peering.join("tensorkiln", registry=registry)
+    (handler,) = registry._activities.get_all_handlers()  # kopf has no public accessor
+    assert handler.activity.value == "startup"
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True  # what the runner passes
+    handler.fn(settings=settings)
+    assert (settings.peering.standalone, settings.peering.mandatory) == (False, True)
+    assert (settings.peering.name, settings.peering.priority) == ("tensorkiln", peering.PRIORITY)
+    assert peering.joined()
+
+
+def test_a_live_peer_of_the_same_priority_pauses_and_self_does_not():
+    status = {"me": entry(1), "other": entry(5)}
+    assert peering.blocking_peers(status, "me", 0, NOW) == ["other"]
+    assert peering.blocking_peers({"me": entry(1)}, "me", 0, NOW) == []
+
+
+def test_a_peer_of_higher_priority_pauses_and_one_of_lower_does_not():
+    status = {"high": entry(1, priority=10), "low": entry(1, priority=-1)}
+    assert peering.blocking_peers(status, "me", 0, NOW) == ["high"]
+
+
+def test_a_peer_not_seen_for_its_lifetime_is_dead_and_pauses_nobody():
+    # A killed operator never leaves the object: its entry expires instead.
+    assert peering.blocking_peers({"killed": entry(61, lifetime=60)}, "me", 0, NOW) == []
+    assert peering.blocking_peers({"alive": entry(59, lifetime=60)}, "me", 0, NOW) == ["alive"]
+
+
+def test_an_empty_or_foreign_status_pauses_nobody():
+    assert peering.blocking_peers({}, "me", 0, NOW) == []
+    assert peering.blocking_peers({"kopf": "not a peer"}, "me", 0, NOW) == []
+
+
+def test_identity_is_unique_to_this_process_and_named_after_its_host():
+    host, started, suffix = peering.IDENTITY.rsplit("/", 2)
+    assert "@" in host and len(started) == 14 and len(suffix) == 4
