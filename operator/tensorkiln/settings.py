@@ -47,6 +47,10 @@ class Settings:
     webhook_service: str | None = None
     webhook_configuration: str | None = None
     pod_namespace: str | None = None
+    # Lifetime of that certificate, and how long before its expiry the running operator renews it
+    # (durations as cert-manager writes them: 8760h, 90s).
+    webhook_cert_duration: str = "8760h"
+    webhook_cert_renew_before: str = "720h"
     # The local cluster: the operator itself creates this ValidatingWebhookConfiguration, pointed at
     # https://127.0.0.1:<port> with a self-signed CA, failurePolicy Ignore, and deletes it on exit.
     webhook_managed: str | None = None
@@ -71,6 +75,9 @@ class Settings:
             webhook_service=os.environ.get("TENSORKILN_WEBHOOK_SERVICE") or None,
             webhook_configuration=os.environ.get("TENSORKILN_WEBHOOK_CONFIGURATION") or None,
             pod_namespace=os.environ.get("POD_NAMESPACE") or None,
+            webhook_cert_duration=os.environ.get("TENSORKILN_WEBHOOK_CERT_DURATION") or cls.webhook_cert_duration,
+            webhook_cert_renew_before=os.environ.get("TENSORKILN_WEBHOOK_CERT_RENEW_BEFORE")
+            or cls.webhook_cert_renew_before,
             webhook_managed=os.environ.get("TENSORKILN_WEBHOOK_MANAGED") or None,
         )
 

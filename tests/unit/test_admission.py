@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+from cryptography import x509
 from tensorkiln.admission import certificates, checks, webhook
 from tensorkiln.api import InferenceModelSpec
 from tensorkiln.hardware.classes import HardwareClass
@@ -357,3 +358,84 @@ def test_kept_certificate_is_reused_only_while_it_fits():
     foreign = certificates.issue(names)
     assert not certificates.usable(certificates.Bundle(foreign.ca, bundle.cert, bundle.key), names)
     assert not certificates.usable(certificates.Bundle(b"", b"", b""), names)
+
+
+def test_durations_are_read_as_cert_manager_writes_them():
+    assert certificates.parse_duration("8760h", "f") == timedelta(days=365)
+    assert certificates.parse_duration("1h30m", "f") == timedelta(minutes=90)
+    assert certificates.parse_duration("2.5s", "f") == timedelta(seconds=2.5)
+    for bad in ("", "365d", "10", "h", "1h 30m"):
+        with pytest.raises(ValueError, match="TENSORKILN_WEBHOOK_CERT_DURATION"):
+            certificates.parse_duration(bad, "TENSORKILN_WEBHOOK_CERT_DURATION")
+
+
+def test_renewal_is_due_renew_before_expiry_and_the_loop_wakes_for_it():
+    names = ["tk-webhook.tk-system.svc"]
+    now = datetime.now(UTC)
+    bundle = certificates.issue(names, now=now, duration=timedelta(minutes=3))
+    due = certificates.renewal_time(bundle, timedelta(minutes=2))
+    assert abs((due - (now + timedelta(minutes=1))).total_seconds()) < 1
+    renew_before = timedelta(minutes=2)
+    assert certificates.usable(bundle, names, now=now + timedelta(seconds=50), renew_before=renew_before)
+    assert not certificates.usable(bundle, names, now=now + timedelta(seconds=70), renew_before=renew_before)
+    assert 55 < certificates.seconds_until_check(bundle, now + timedelta(seconds=1), renew_before, 300) < 60
+    year = certificates.issue(names, now=now)
+    assert certificates.seconds_until_check(year, now, certificates.RENEW_BEFORE, 300) == 300  # capped
+    assert certificates.seconds_until_check(bundle, now + timedelta(hours=1), renew_before, 300) == 1.0  # overdue
+
+
+def test_a_renewed_bundle_trusts_the_certificate_it_replaces_and_no_older_one():
+    names = ["tk-webhook.tk-system.svc"]
+    first = certificates.issue(names)
+    second = certificates.issue(names, previous=first)
+    third = certificates.issue(names, previous=second)
+    assert len(certificates.ca_certificates(second.ca)) == 2
+    assert certificates.ca_certificates(second.ca)[1] == certificates.ca_certificates(first.ca)[0]
+    assert certificates.usable(second, names)  # its own CA signed it, wherever it sits in ca.crt
+    assert certificates.ca_certificates(first.ca)[0] not in certificates.ca_certificates(third.ca)
+    assert len(certificates.ca_certificates(third.ca)) == 2
+    # An expired previous CA is not carried.
+    old = certificates.issue(names, now=datetime.now(UTC) - timedelta(days=certificates.CA_DAYS + 1))
+    assert len(certificates.ca_certificates(certificates.issue(names, previous=old).ca)) == 1
+    # trust(): the union, each CA once.
+    assert len(certificates.ca_certificates(certificates.trust(second, first))) == 2
+    adopted = certificates.issue(names)  # another replica's, unrelated
+    assert len(certificates.ca_certificates(certificates.trust(adopted, second))) == 3
+
+
+def test_a_live_tls_context_serves_the_renewed_certificate_to_new_connections(tmp_path):
+    """The Secret mode swaps certificates into the server's context (webhook._load): clients that
+    trust old and new alike (the caBundle written first) connect before and after the swap."""
+    names = ["tk-webhook.tk-system.svc"]
+    first = certificates.issue(names)
+    second = certificates.issue(names, previous=first)
+    server_context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+    webhook._load(server_context, first)
+    serials = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve(times):
+            for _ in range(times):
+                connection, _ = listener.accept()
+                with server_context.wrap_socket(connection, server_side=True) as tls:
+                    tls.sendall(b"ok")
+
+        def handshake(ca: bytes) -> None:
+            client_context = ssl.create_default_context(cadata=ca.decode())
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                with client_context.wrap_socket(raw, server_hostname=names[0]) as tls:
+                    der = tls.getpeercert(binary_form=True)
+                    serials.append(x509.load_der_x509_certificate(der).serial_number)
+                    assert tls.recv(2) == b"ok"
+
+        thread = threading.Thread(target=serve, args=(3,))
+        thread.start()
+        handshake(certificates.trust(second, first))
+        webhook._load(server_context, second)
+        handshake(certificates.trust(second, first))
+        handshake(second.ca)  # the caBundle once the switch is done
+        thread.join()
+    first_serial = x509.load_pem_x509_certificate(first.cert).serial_number
+    second_serial = x509.load_pem_x509_certificate(second.cert).serial_number
+    assert serials == [first_serial, second_serial, second_serial]

@@ -15,6 +15,10 @@ Certificates, by settings (TENSORKILN_WEBHOOK_*), first match wins:
   namespace would review every namespace's InferenceModels, and it adds a mutating configuration.
 - cert Secret (the chart without cert-manager): the operator keeps a CA and certificate for its
   Service in that Secret (reused while valid) and writes the CA into the chart's configuration.
+  While running it renews the certificate TENSORKILN_WEBHOOK_CERT_RENEW_BEFORE ahead of expiry
+  and adopts one another replica wrote: caBundle first (old and new CA), then, after
+  CA_PROPAGATION_SECONDS, the new certificate goes into the live TLS context, so the server never
+  restarts and the API server trusts every certificate it is shown.
 - files (cert-manager, or any mounted Secret): tls.crt and tls.key under the cert directory;
   kopf reloads them when they change.
 
@@ -26,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import logging
 import os
+import ssl
 import tempfile
 from pathlib import Path
 
@@ -48,6 +54,8 @@ HANDLER_ID = "validate-inferencemodel"  # kopf serves it at /validate-inferencem
 WEBHOOK_NAME = "validate.inferencemodels.tensorkiln.dev"
 MANAGED_BY = "tensorkiln-operator"
 MANAGED_HOST = "127.0.0.1"
+CHECK_SECONDS = 300  # the Secret is re-read at least this often (another replica may have renewed)
+CA_PROPAGATION_SECONDS = 10  # between writing a caBundle and serving a certificate it alone trusts
 
 
 def judge(model: dict, old: dict | None, operation: str, review, namespaces: list[str]) -> tuple[list[str], list[str]]:
@@ -129,17 +137,29 @@ def build_configuration(
 
 class _Server(kopf.WebhookServer):
     """kopf's server, calling `on_listening(url)` (in a thread) once it listens: only then is the
-    configuration pointed at it."""
+    configuration pointed at it. With `keep` (a coroutine function), it serves the given `context`
+    as it is and runs `keep()` beside the server: keep swaps certificates into that context."""
 
-    def __init__(self, *, on_listening=None, **kwargs):
+    def __init__(self, *, on_listening=None, keep=None, **kwargs):
         super().__init__(**kwargs)
         self._on_listening = on_listening
+        self._keep = keep
+
+    def _build_ssl(self):
+        if self._keep is not None:  # kopf would load or generate a certificate into the context
+            return None, self.context
+        return super()._build_ssl()
 
     async def __call__(self, fn):
-        async for client_config in super().__call__(fn):
-            if self._on_listening is not None:
-                await asyncio.to_thread(self._on_listening, client_config["url"])
-            yield client_config
+        keeping = asyncio.create_task(self._keep()) if self._keep is not None else None
+        try:
+            async for client_config in super().__call__(fn):
+                if self._on_listening is not None:
+                    await asyncio.to_thread(self._on_listening, client_config["url"])
+                yield client_config
+        finally:
+            if keeping is not None:
+                keeping.cancel()
 
 
 def _write_files(bundle: certificates.Bundle) -> tuple[str, str]:
@@ -149,6 +169,16 @@ def _write_files(bundle: certificates.Bundle) -> tuple[str, str]:
     key.touch(mode=0o600)
     key.write_bytes(bundle.key)
     return str(directory / "tls.crt"), str(key)
+
+
+def _load(context: ssl.SSLContext, bundle: certificates.Bundle) -> None:
+    """Put the bundle's certificate and key into a live TLS context (OpenSSL reads them from files)."""
+    with tempfile.TemporaryDirectory(prefix="tensorkiln-webhook-") as directory:  # 0700, removed at once
+        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+        cert.write_bytes(bundle.cert)
+        key.touch(mode=0o600)
+        key.write_bytes(bundle.key)
+        context.load_cert_chain(cert, key)
 
 
 def _admission_api() -> client.AdmissionregistrationV1Api:
@@ -192,19 +222,48 @@ def _managed_server(settings: Settings, namespaces: list[str]) -> _Server:
     )
 
 
-def _secret_bundle(core: client.CoreV1Api, settings: Settings, hostnames: list[str]) -> certificates.Bundle:
-    """The certificate kept in the Secret the chart created empty; a new one when unusable."""
+def _secret_bundle(
+    core: client.CoreV1Api,
+    settings: Settings,
+    hostnames: list[str],
+    lifetime: tuple[datetime.timedelta, datetime.timedelta],
+    serving: certificates.Bundle | None = None,
+) -> certificates.Bundle:
+    """The certificate kept in the Secret the chart created empty, while usable; else a new one,
+    written there (its ca.crt also trusting the certificate it replaces) and returned. The write
+    names the resourceVersion read, so of two replicas renewing at once one fails and adopts the
+    other's next time."""
     namespace, name = settings.pod_namespace, settings.webhook_cert_secret
-    data = core.read_namespaced_secret(name, namespace).data or {}
+    duration, renew_before = lifetime
+    secret = core.read_namespaced_secret(name, namespace)
+    data = secret.data or {}
+    kept = None
     if {"ca.crt", "tls.crt", "tls.key"} <= data.keys():
         kept = certificates.Bundle(*(base64.b64decode(data[k]) for k in ("ca.crt", "tls.crt", "tls.key")))
-        if certificates.usable(kept, hostnames):
+        if certificates.usable(kept, hostnames, renew_before=renew_before):
             return kept
-    bundle = certificates.issue(hostnames)
+    bundle = certificates.issue(hostnames, duration=duration, previous=serving or kept)
     encoded = {k: base64.b64encode(v).decode() for k, v in bundle.as_secret_data().items()}
-    core.patch_namespaced_secret(name, namespace, {"data": encoded})
+    patch = {"metadata": {"resourceVersion": secret.metadata.resource_version}, "data": encoded}
+    core.patch_namespaced_secret(name, namespace, patch)
     log.info("issued a webhook certificate for %s into Secret %s/%s", hostnames[0], namespace, name)
     return bundle
+
+
+def _lifetime(settings: Settings) -> tuple[datetime.timedelta, datetime.timedelta]:
+    try:
+        duration = certificates.parse_duration(settings.webhook_cert_duration, "TENSORKILN_WEBHOOK_CERT_DURATION")
+        renew_before = certificates.parse_duration(
+            settings.webhook_cert_renew_before, "TENSORKILN_WEBHOOK_CERT_RENEW_BEFORE"
+        )
+    except ValueError as error:
+        raise kopf.PermanentError(str(error)) from error
+    if not datetime.timedelta(0) < renew_before < duration:
+        raise kopf.PermanentError(
+            f"TENSORKILN_WEBHOOK_CERT_RENEW_BEFORE ({settings.webhook_cert_renew_before}) must be above zero and "
+            f"below TENSORKILN_WEBHOOK_CERT_DURATION ({settings.webhook_cert_duration})"
+        )
+    return duration, renew_before
 
 
 def _secret_server(settings: Settings) -> _Server:
@@ -215,23 +274,45 @@ def _secret_server(settings: Settings) -> _Server:
             "TENSORKILN_WEBHOOK_CERT_SECRET needs POD_NAMESPACE, TENSORKILN_WEBHOOK_SERVICE and "
             "TENSORKILN_WEBHOOK_CONFIGURATION (the chart sets them)"
         )
+    lifetime = _lifetime(settings)
     service, namespace = settings.webhook_service, settings.pod_namespace
     hostnames = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
-    bundle = _secret_bundle(handlers.state().core, settings, hostnames)
-    certfile, pkeyfile = _write_files(bundle)
+    core = handlers.state().core
+    serving = _secret_bundle(core, settings, hostnames, lifetime)
+    context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+    _load(context, serving)
 
-    def inject_ca(_url: str) -> None:
+    def inject_ca(ca: bytes) -> None:
         api = _admission_api()
         name = settings.webhook_configuration
         config = api.read_validating_webhook_configuration(name)
-        ca = _ca_bundle(bundle)
-        patch = {"webhooks": [{"name": w.name, "clientConfig": {"caBundle": ca}} for w in config.webhooks]}
+        encoded = base64.b64encode(ca).decode()
+        patch = {"webhooks": [{"name": w.name, "clientConfig": {"caBundle": encoded}} for w in config.webhooks]}
         api.patch_validating_webhook_configuration(name, patch)
         log.info("caBundle of ValidatingWebhookConfiguration %s set from Secret %s", name, settings.webhook_cert_secret)
 
+    async def keep() -> None:
+        """Renew or adopt the Secret's certificate while serving (see the module's docstring)."""
+        nonlocal serving
+        while True:
+            now = datetime.datetime.now(datetime.UTC)
+            await asyncio.sleep(certificates.seconds_until_check(serving, now, lifetime[1], CHECK_SECONDS))
+            try:
+                fresh = await asyncio.to_thread(_secret_bundle, core, settings, hostnames, lifetime, serving)
+                if fresh == serving:
+                    continue
+                await asyncio.to_thread(inject_ca, certificates.trust(fresh, serving))
+                await asyncio.sleep(CA_PROPAGATION_SECONDS)
+                _load(context, fresh)  # new handshakes get it; the server does not restart
+                serving = fresh
+                await asyncio.to_thread(inject_ca, fresh.ca)
+                log.info("webhook now serves the certificate from Secret %s", settings.webhook_cert_secret)
+            except Exception as error:  # retried at the next check; the served certificate is still valid
+                log.warning("webhook certificate renewal failed, retrying: %s", error)
+
     return _Server(
-        addr=settings.webhook_address, port=settings.webhook_port, certfile=certfile, pkeyfile=pkeyfile,
-        on_listening=inject_ca,
+        addr=settings.webhook_address, port=settings.webhook_port, context=context,
+        on_listening=lambda _url: inject_ca(serving.ca), keep=keep,
     )  # fmt: skip
 
 
