@@ -24,7 +24,7 @@ import hypothesis
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from tensorkiln.api import InferenceModelSpec, field_errors
-from tensorkiln.api.common import MODEL_URI_PATTERN
+from tensorkiln.api.common import MODEL_URI_PATTERN, prefix_at_most, quantity_value
 from tensorkiln.api.crdgen import openapi_schema
 
 SPEC_SCHEMA = openapi_schema(InferenceModelSpec)
@@ -32,7 +32,8 @@ LIST_CAP = 3  # items drawn per list beyond its minimum: small objects, many of 
 
 # Printable ASCII without whitespace: what both RE2 (apiserver) and Rust regex (pydantic) call \S.
 _NONSPACE_ASCII = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
-_PATH_CHARS = st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~%+=:@,")
+# With a few characters beyond ASCII, Unicode spaces among them: URI_CHAR admits them in both engines.
+_PATH_CHARS = st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~%+=:@,\u00a0\u2003模")
 _LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?", fullmatch=True)
 _DOT_DOT = re.compile(r"(?i)(/|%2f)(\.|%2e)(\.|%2e)(/|%2f|$)")
 
@@ -128,7 +129,7 @@ _QUANTITY = st.one_of(
     ),
     st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,3})?(Mi|Gi|m)?", fullmatch=True),
 )
-_SURGE = st.one_of(st.integers(0, 100), st.integers(0, 100).map(lambda n: f"{n}%"))
+_SURGE = st.one_of(st.integers(1, 100), st.integers(1, 100).map(lambda n: f"{n}%"))  # 0 with maxUnavailable 0
 _RESOURCE_NAME = st.sampled_from(["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu", "example.com/foo"])
 
 
@@ -244,6 +245,11 @@ def repair(spec: dict) -> dict:
     hardware = spec.get("hardware")
     if hardware and hardware.get("mode") == "Explicit" and not hardware.get("pools"):
         hardware["pools"] = [{"name": "pool", "nodeSelector": {"example.com/pool": "a"}}]
+    for pool in (hardware or {}).get("pools", []):
+        for toleration in pool.get("tolerations", []):
+            _repair_toleration(toleration)
+    if serving is not None and serving.get("resources"):
+        _repair_resources(serving["resources"])
 
     slo = spec.get("slo")
     if slo:
@@ -253,6 +259,34 @@ def repair(spec: dict) -> dict:
             if slo["maxReplicas"] < 1:
                 slo["maxReplicas"] = 1
     return spec
+
+
+def _repair_toleration(toleration: dict) -> None:
+    """What a Pod admits: a key (qualified, prefix <= 253) unless Exists, no value with Exists,
+    tolerationSeconds only with NoExecute."""
+    if "key" in toleration and not re.match(prefix_at_most(253), toleration["key"]):
+        toleration["key"] = "example.com/taint"
+    if "key" not in toleration:
+        toleration["operator"] = "Exists"
+    if toleration.get("operator") == "Exists":
+        toleration.pop("value", None)
+    if "tolerationSeconds" in toleration:
+        toleration["effect"] = "NoExecute"
+
+
+def _repair_resources(resources: dict) -> None:
+    """What a Pod admits: extended resources (example.com/foo) whole, requested only with an equal
+    limit; other requests at most their limit."""
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    for amounts in (requests, limits):
+        for name, amount in amounts.items():
+            if "/" in name:
+                amounts[name] = int(quantity_value(amount))
+    for name, amount in requests.items():
+        if "/" in name:
+            resources.setdefault("limits", limits)[name] = amount
+        elif name in limits and quantity_value(amount) > quantity_value(limits[name]):
+            requests[name] = limits[name]
 
 
 def valid_specs() -> st.SearchStrategy[dict]:
@@ -341,9 +375,12 @@ BAD_URIS = [
     "file:///models/m.onnx\n",
     "",
     "file:///" + "a" * 2048,
+    # Control characters: the vertical tab (outside RE2's \s) and NEL (inside Rust's only), C1, DEL.
+    "file:///models/m\u000bodel.onnx",
+    "file:///models/m\u0085odel.onnx",
+    "file:///m\u009f.onnx",
+    "pvc://claim/m\u007f.onnx",
 ]
-# Whitespace Go's RE2 (the apiserver) does not count as \s, while Rust's regex (pydantic) does.
-UNICODE_SPACE_URIS = ["file:///models/m\u000bodel.onnx", "file:///models/m\u00a0odel.onnx", "file:///m\u2003.onnx"]
 
 
 def _mutations(spec: dict) -> list[tuple[str, list, Any]]:
@@ -387,8 +424,6 @@ def _mutations(spec: dict) -> list[tuple[str, list, Any]]:
         if _present(spec, uri_path):
             for bad in BAD_URIS:
                 options.append(("bad-uri", uri_path, bad))
-            for bad in UNICODE_SPACE_URIS:
-                options.append(("bad-uri-unicode-space", uri_path, bad))
     options.append(("unknown-field", ["bogusField"], "x"))
     options.append(("missing-required", ["source"], None))
     for path in _paths(spec, []):
@@ -408,6 +443,14 @@ def _mutations(spec: dict) -> list[tuple[str, list, Any]]:
         ("cel", ["compile", "objective", "latencyBudgetMilliseconds"], "throughput-without-budget"),
         ("cel", ["hardware", "pools"], "explicit-without-pools"),
         ("cel", ["rollout", "maxSurge"], "bad-surge"),
+        ("cel", ["rollout", "maxSurge"], "zero-surge"),
+        ("cel", ["serving", "resources", "limits"], "extended-fraction"),
+        ("cel", ["serving", "resources", "limits"], "extended-request-without-limit"),
+        ("cel", ["serving", "resources", "requests"], "extended-request-not-limit"),
+        ("cel", ["serving", "resources", "requests"], "request-over-limit"),
+        ("cel", ["hardware", "pools", 0, "tolerations", 0, "value"], "exists-with-value"),
+        ("cel", ["hardware", "pools", 0, "tolerations", 0, "effect"], "seconds-without-no-execute"),
+        ("cel", ["hardware", "pools", 0, "tolerations", 0, "key"], "equal-without-key"),
         ("cel", ["serving", "dynamicBatching", "preferredBatchSizes"], "preferred-over-max"),
     ]
     return options
@@ -428,7 +471,7 @@ def mutate(spec: dict, mutation: str, path: list, how: Any) -> Case:
     if mutation in ("wrong-type", "out-of-range", "too-long", "too-short", "bad-enum", "pattern", "bad-percentile"):
         _ensure_parent(spec, path)
         _set(spec, path, how)
-    elif mutation in ("bad-uri", "bad-uri-unicode-space"):
+    elif mutation == "bad-uri":
         _set(spec, path, how)
     elif mutation == "unknown-field":
         _get(spec, path[:-1])[path[-1]] = how
@@ -443,7 +486,10 @@ def mutate(spec: dict, mutation: str, path: list, how: Any) -> Case:
         field_path = _break_rule(spec, how)
     elif mutation == "null":
         _set(spec, path, None)
-        return Case(spec, None, mutation, _dotted(path), detail="null")
+        # A null defaulted field takes its default, which a cross-field rule anywhere in the spec may
+        # refuse (shapes.batch.max back to 32, below serving.maxBatchSize): that error names its own field.
+        defaulted = "default" in (_schema_at(path) or {})
+        return Case(spec, None, mutation, "spec" if defaulted else _dotted(path), detail="null")
     else:
         raise ValueError(mutation)
     return Case(spec, False, mutation, _dotted(field_path), detail=repr(how)[:80])
@@ -503,6 +549,28 @@ def _break_rule(spec: dict, rule: str) -> list:
     if rule == "bad-surge":
         spec["rollout"] = {"maxSurge": "-1"}
         return ["rollout", "maxSurge"]
+    if rule == "zero-surge":
+        spec["rollout"] = {"maxSurge": 0}
+        return ["rollout", "maxSurge"]
+    if rule in ("extended-fraction", "extended-request-without-limit", "extended-request-not-limit"):
+        spec.setdefault("serving", {})["resources"] = {
+            "extended-fraction": {"limits": {"example.com/foo": "1500m"}},
+            "extended-request-without-limit": {"requests": {"example.com/foo": 1}},
+            "extended-request-not-limit": {"requests": {"example.com/foo": 1}, "limits": {"example.com/foo": 2}},
+        }[rule]
+        return ["serving", "resources", "requests" if rule == "extended-request-not-limit" else "limits"]
+    if rule in ("exists-with-value", "seconds-without-no-execute", "equal-without-key"):
+        toleration, field = {
+            "exists-with-value": ({"key": "k", "operator": "Exists", "value": "v"}, "value"),
+            "seconds-without-no-execute": ({"key": "k", "effect": "NoSchedule", "tolerationSeconds": 60}, "effect"),
+            "equal-without-key": ({"operator": "Equal", "value": "v"}, "key"),
+        }[rule]
+        pool = {"name": "pool", "nodeSelector": {"example.com/pool": "a"}, "tolerations": [toleration]}
+        spec["hardware"] = {"mode": "Explicit", "pools": [pool]}
+        return ["hardware", "pools", 0, "tolerations", 0, field]
+    if rule == "request-over-limit":
+        spec.setdefault("serving", {})["resources"] = {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}
+        return ["serving", "resources", "requests"]
     if rule == "preferred-over-max":
         serving = spec.setdefault("serving", {})
         max_batch = min(serving.get("maxBatchSize", 32), batch["max"])
@@ -513,7 +581,7 @@ def _break_rule(spec: dict, rule: str) -> list:
 
 
 KINDS = (
-    "wrong-type", "out-of-range", "min-gt-max", "bad-percentile", "bad-uri", "bad-uri-unicode-space", "bad-enum",
+    "wrong-type", "out-of-range", "min-gt-max", "bad-percentile", "bad-uri", "bad-enum",
     "unknown-field", "missing-required", "too-long", "too-short", "pattern", "duplicate", "cel", "null",
 )  # fmt: skip
 

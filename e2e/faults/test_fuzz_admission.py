@@ -40,10 +40,7 @@ N_INVALID = int(os.environ.get("TENSORKILN_FAULTS_FUZZ_INVALID", "350"))
 FUZZ_LABEL = "tensorkiln.dev/fuzz-pool"
 # Disagreements found by this fuzz and not fixed yet, with the unit test that pins each (xfail,
 # strict: it fails once fixed, and this entry goes with its marker).
-KNOWN = {
-    "bad-uri-unicode-space": "tests/unit/test_api_admission_agreement.py::"
-    "test_uris_with_whitespace_outside_re2s_class_get_one_verdict",
-}
+KNOWN: dict[str, str] = {}
 WEBHOOK_DENIAL = "admission webhook"
 
 

@@ -138,7 +138,7 @@ def test_python_names_are_accepted_too():
         ),
         ({"slo": {"targetMilliseconds": 0}}, "spec.slo.targetMilliseconds"),
         ({"slo": {"targetMilliseconds": 20, "percentile": "p42"}}, "spec.slo.percentile"),
-        ({"rollout.maxSurge": "lots"}, "spec.rollout.maxSurge: maxSurge must be a non-negative integer"),
+        ({"rollout.maxSurge": "lots"}, "spec.rollout.maxSurge: maxSurge must be a positive integer"),
         ({"rollout.maxSurge": -1}, "spec.rollout.maxSurge"),
         ({"source.uri": "ftp://x"}, "spec.source.uri"),
         ({"source.sha256": "ABC"}, "spec.source.sha256"),

@@ -1,11 +1,14 @@
-"""Specs the CRD admits but Kubernetes or Triton refuse in the objects derived from them
-(regressions of the fault suite's admission fuzz, e2e/faults/test_fuzz_admission.py).
+"""Specs whose derived objects Kubernetes or Triton refuse (found by the fault suite's admission
+fuzz, e2e/faults/test_fuzz_admission.py).
 
-The specs themselves (GAPS below) are still admitted: pinned by an xfail test until the API
-refuses them. Before: such a spec raised on every reconcile of its model (a traceback per resync and kopf
-retrying its handler forever) and the status never said why. Now the refusal is the status:
-Deployed=False reason ServingRefused (phase Failed) for the serving objects, CompileJob Failed
-reason JobRefused for the compile Job; nothing is retried until the spec changes.
+The API refuses them at admission (tests/refused_specs.py: pydantic here, the CRD's schema and CEL rules at the
+API server, tests/integration/test_admission.py): a uint32 queue size, HPA stabilization windows,
+maxSurge 0 beside the operator's maxUnavailable 0, tolerations a Pod refuses, extended resources
+that are fractional, requested without a limit, or requested other than their limit.
+Should a spec still reach a refusing object (an object stored under an older CRD, or a check the
+API lacks), the refusal is the status, not a traceback per resync: Deployed=False reason
+ServingRefused (phase Failed) for the serving objects, CompileJob Failed reason JobRefused for the
+compile Job; nothing is retried until the spec changes.
 """
 
 import json
@@ -16,8 +19,9 @@ import pytest
 from google.protobuf.json_format import ParseError
 from kubernetes import client
 from pydantic import ValidationError
+from refused_specs import REFUSED
 from registry_fixtures import make_engine
-from tensorkiln.api import InferenceModelSpec
+from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders.serving import build_config_map
 from tensorkiln.controllers import compilejob
 from tensorkiln.controllers.inferencemodel import normalised_spec, refusal
@@ -32,11 +36,7 @@ MODEL = {
     "apiVersion": "tensorkiln.dev/v1alpha1",
     "kind": "InferenceModel",
     "metadata": {"name": "m", "namespace": "ns", "uid": "u", "generation": 1},
-    "spec": {
-        "source": {"uri": "https://models.example/m.onnx"},
-        # Admitted (the API sets no maximum), but Triton's max_queue_size is a uint32.
-        "serving": {"dynamicBatching": {"queuePolicy": {"maxQueueSize": 2**32}}},
-    },
+    "spec": {"source": {"uri": "https://models.example/m.onnx"}},
 }
 
 
@@ -46,8 +46,10 @@ def unprocessable(message: str) -> client.ApiException:
     return error
 
 
-def test_a_queue_size_beyond_uint32_is_admitted_but_refused_by_tritons_config_and_named(tmp_path):
-    spec = normalised_spec(MODEL)  # the pydantic model (and the CRD) admit it
+def test_a_spec_tritons_config_refuses_is_named(tmp_path):
+    spec = normalised_spec(MODEL)
+    # Beyond Triton's uint32: the API refuses it (GAPS), so only a check the API lacks gets this far.
+    spec["serving"]["dynamicBatching"]["queuePolicy"]["maxQueueSize"] = 2**32
     with pytest.raises(ParseError) as raised:
         build_config_map(MODEL, spec, TARGET, make_engine(tmp_path).manifest, "python-backend")
     why = refusal(raised.value)
@@ -130,53 +132,8 @@ def test_a_refused_compile_job_fails_the_compile_job_once_and_for_all(tmp_path: 
     assert len(state.applied) == 1, "settled: not tried again until the spec changes"
 
 
-GAPS = {
-    "Triton's max_queue_size is a uint32": {"serving": {"dynamicBatching": {"queuePolicy": {"maxQueueSize": 2**32}}}},
-    "an HPA's stabilization window is at most 3600 s": {
-        "slo": {"targetMilliseconds": 20, "mode": "HPA", "scaleDownStabilizationSeconds": 3601}
-    },
-    "maxSurge 0 beside the operator's maxUnavailable 0": {"rollout": {"maxSurge": 0}},
-    "a toleration with Exists has no value": {
-        "hardware": {
-            "mode": "Explicit",
-            "pools": [{"name": "p", "nodeSelector": {"a": "b"}, "tolerations": [{"operator": "Exists", "value": "x"}]}],
-        }  # fmt: skip
-    },
-    "a toleration key is a qualified name": {
-        "hardware": {
-            "mode": "Explicit",
-            "pools": [{"name": "p", "nodeSelector": {"a": "b"}, "tolerations": [{"key": "bad key!"}]}],
-        }  # fmt: skip
-    },
-    "tolerationSeconds needs effect NoExecute": {
-        "hardware": {
-            "mode": "Explicit",
-            "pools": [
-                {
-                    "name": "p",
-                    "nodeSelector": {"a": "b"},
-                    "tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}],
-                }
-            ],
-        }  # fmt: skip
-    },
-    "an extended resource is a whole number": {"serving": {"resources": {"limits": {"example.com/foo": "500m"}}}},
-    "an extended resource's request needs a limit": {"serving": {"resources": {"requests": {"example.com/foo": "1"}}}},
-    "an HPA's stabilization window is an int32": {
-        "slo": {"targetMilliseconds": 20, "mode": "HPA", "scaleUpStabilizationSeconds": 2**31}
-    },
-    "an extended resource's request equals its limit": {
-        "serving": {"resources": {"requests": {"example.com/foo": "1"}, "limits": {"example.com/foo": "2"}}}
-    },
-}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the API admits specs whose Deployment, HPA, Job or Triton config is refused (the status "
-    "says so: ServingRefused / JobRefused); refusing them at admission changes the CRDs, charts/ included",
-)
-@pytest.mark.parametrize("spec", list(GAPS.values()), ids=list(GAPS))
-def test_specs_kubernetes_or_triton_refuse_are_refused_at_admission(spec):
-    with pytest.raises(ValidationError):
+@pytest.mark.parametrize(("spec", "field"), list(REFUSED.values()), ids=list(REFUSED))
+def test_specs_kubernetes_or_triton_refuse_are_refused_at_admission_naming_the_field(spec, field):
+    with pytest.raises(ValidationError) as refused:
         InferenceModelSpec.model_validate({"source": {"uri": "https://models.example/m.onnx"}, **spec})
+    assert any(e.startswith(f"{field}:") for e in field_errors(refused.value)), field_errors(refused.value)

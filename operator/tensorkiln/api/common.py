@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, get_args, get_origin
 
@@ -34,21 +35,39 @@ GROUP = "tensorkiln.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# Go RE2 (apiserver) and Rust regex (pydantic) both accept these patterns.
+# Go RE2 (apiserver) and Rust regex (pydantic) both accept these patterns, and read them alike: no
+# \s, \S, \w, \d or \b, which RE2 reads as ASCII classes and Rust regex as Unicode ones (RE2's \S
+# admits U+00A0 and the vertical tab; Rust's refuses them).
+# A URI character: anything but a control character (C0, DEL, C1) or the ASCII space.
+URI_CHAR = r"[^\x00-\x20\x7f-\x9f]"
 MODEL_URI_PATTERN = (
-    r"^(file:///\S+"
-    r"|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+"
-    r"|https://[A-Za-z0-9.-]+(:[0-9]+)?/\S*"
-    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/\S+)$"
+    rf"^(file:///{URI_CHAR}+"
+    rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9]/{URI_CHAR}+"
+    rf"|https://[A-Za-z0-9.-]+(:[0-9]+)?/{URI_CHAR}*"
+    rf"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/{URI_CHAR}+)$"
 )
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 # A `..` path segment, plain or percent-encoded (the fetcher decodes the path): a host-path escape
 # for file://, a climb out of the claim for pvc://. RE2 (CEL) and Python's re read it alike.
 DOT_DOT_SEGMENT = r"(?i)(/|%2f)(\.|%2e)(\.|%2e)(/|%2f|$)"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+# A quantity of a resource: Kubernetes' quantity syntax, less the minus sign (a container's requests
+# and limits must not be negative) and with a whole exponent (resource.ParseQuantity's own).
+QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+# A label key or a taint key (validation.IsQualifiedName): an optional DNS-1123 subdomain prefix and
+# '/', then a name of at most 63 characters. The prefix's length is checked apart: prefix_at_most().
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+# A label value or a taint value (validation.IsValidLabelValue), empty included.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# A container resource name (core/v1 ValidateContainerResourceName): a standard one, hugepages of a
+# page size, or a domain-prefixed one (an extended resource such as nvidia.com/gpu, or a native
+# kubernetes.io/ one).
+RESOURCE_NAME_PATTERN = (
+    r"^(cpu|memory|ephemeral-storage|hugepages-[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?"
+    r"|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$"
 )
 # metav1.Condition's own constraints, so conditions stay kubectl/kstatus friendly.
 CONDITION_TYPE_PATTERN = (
@@ -60,16 +79,33 @@ CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 def _check_quantity(value: int | str) -> int | str:
     if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500m, 2Gi or 1")
+        raise ValueError(f"{value!r} is not a non-negative Kubernetes quantity such as 500m, 2Gi or 1")
     return value
 
 
 Quantity = Annotated[
-    int | str,
+    Annotated[int, Field(ge=0)] | Annotated[str, Field(max_length=64)],
     AfterValidator(_check_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "minimum": 0, "maxLength": 64, "pattern": QUANTITY_PATTERN}),
 ]
-"""A Kubernetes resource quantity (`2`, `500m`, `16Gi`)."""
+"""A non-negative Kubernetes resource quantity (`2`, `500m`, `16Gi`)."""
+
+_QUANTITY_SUFFIXES = {
+    **{s: Decimal(10) ** (3 * i) for i, s in enumerate(("", "k", "M", "G", "T", "P", "E"))},
+    **{s: Decimal(10) ** (-3 * i) for i, s in enumerate(("m", "u", "n"), start=1)},
+    **{s: Decimal(2) ** (10 * i) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
+}
+
+
+def quantity_value(quantity: int | str) -> Decimal:
+    """The value of a quantity QUANTITY_PATTERN admits (CEL's `quantity()`, for the Rules' mirrors)."""
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    number, suffix = re.fullmatch(r"\+?([0-9]*\.?[0-9]*)(.*)", quantity).groups()
+    if suffix in _QUANTITY_SUFFIXES:
+        return Decimal(number) * _QUANTITY_SUFFIXES[suffix]
+    return Decimal(number + suffix)  # a decimal exponent: 1e3
+
 
 IntOrString = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
 """An integer or a string, like Kubernetes' intstr.IntOrString."""
@@ -259,10 +295,20 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+def prefix_at_most(length: int) -> str:
+    """A pattern admitting a qualified name whose prefix (before '/') has at most `length` characters."""
+    return rf"^[^/]{{0,{length}}}(/|$)"
+
+
+def _cel_regex(pattern: str) -> str:
+    """`pattern` as a single-quoted CEL string literal."""
+    return "'" + pattern.replace("\\", "\\\\") + "'"
+
+
 def _no_dot_dot(field: str) -> Rule:
     return Rule(
         field,
-        f"!self.{field}.matches('{DOT_DOT_SEGMENT.replace(chr(92), chr(92) * 2)}')",
+        f"!self.{field}.matches({_cel_regex(DOT_DOT_SEGMENT)})",
         "must not contain a '..' path segment (plain or percent-encoded): give the file's direct path",
         lambda obj: re.search(DOT_DOT_SEGMENT, getattr(obj, _field_name(type(obj), field))) is None,
     )
@@ -348,32 +394,163 @@ class Shapes(SpecModel):
 
 
 class Toleration(SpecModel):
-    """A Kubernetes toleration, copied verbatim into compiler and server pods."""
+    """A Kubernetes toleration, copied into compiler and server pods; what a Pod refuses is refused here."""
+
+    cel_rules = (
+        Rule(
+            "key",
+            "self.operator == 'Exists' || has(self.key)",
+            "is required unless operator is Exists (only Exists may match every key)",
+            lambda t: t.operator == TolerationOperator.EXISTS or t.key is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            "key",
+            f"!has(self.key) || self.key.matches({_cel_regex(prefix_at_most(253))})",
+            "must have a prefix (before '/') of at most 253 characters",
+            lambda t: t.key is None or re.match(prefix_at_most(253), t.key) is not None,
+        ),
+        Rule(
+            "value",
+            "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            "must be empty when operator is Exists",
+            lambda t: t.operator != TolerationOperator.EXISTS or not t.value,
+        ),
+        Rule(
+            "effect",
+            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "must be NoExecute when tolerationSeconds is set",
+            lambda t: t.toleration_seconds is None or t.effect == TaintEffect.NO_EXECUTE,
+        ),
+    )
 
     key: str | None = Field(
-        None, max_length=316, description="Taint key to match. Empty with operator Exists matches all taints."
+        None,
+        max_length=317,
+        pattern=QUALIFIED_NAME_PATTERN,
+        description=(
+            "Taint key to match, a qualified name such as nvidia.com/gpu. Unset with operator Exists "
+            "matches all taints; required otherwise."
+        ),
     )
     operator: TolerationOperator = Field(
         TolerationOperator.EQUAL, description="Exists matches any value; Equal matches `value`."
     )
-    value: str | None = Field(None, max_length=63, description="Taint value to match when operator is Equal.")
+    value: str | None = Field(
+        None,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="Taint value to match when operator is Equal, a label value. Must be empty with Exists.",
+    )
     effect: TaintEffect | None = Field(None, description="Taint effect to match. Unset matches all effects.")
     toleration_seconds: int | None = Field(
         None,
         description=(
-            "For effect NoExecute: seconds the pod stays bound after the taint appears. Unset tolerates forever."
+            "Seconds the pod stays bound after a NoExecute taint appears; requires effect NoExecute. "
+            "Unset tolerates forever."
         ),
     )
 
 
+def _extended(name: str) -> str:
+    """CEL: whether resource `name` is an extended one (domain-prefixed, not kubernetes.io/): whole units."""
+    return f"({name}.contains('/') && !{name}.contains('kubernetes.io/'))"
+
+
+def _exact(name: str) -> str:
+    """CEL: whether resource `name` cannot be overcommitted (extended or hugepages): request == limit."""
+    return f"({name}.startsWith('hugepages-') || {_extended(name)})"
+
+
+def _is_extended(name: str) -> bool:
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def _is_exact(name: str) -> bool:
+    return name.startswith("hugepages-") or _is_extended(name)
+
+
+def _resource_names_rule(field: str) -> Rule:
+    return Rule(
+        field,
+        f"!has(self.{field}) || self.{field}.all(k, k.matches({_cel_regex(RESOURCE_NAME_PATTERN)})"
+        f" && k.matches({_cel_regex(prefix_at_most(244))}) && !k.startsWith('requests.'))",
+        "must name cpu, memory, ephemeral-storage, hugepages-<size> or a domain-prefixed resource such as "
+        "nvidia.com/gpu",
+        lambda r: all(
+            re.fullmatch(RESOURCE_NAME_PATTERN, k)
+            and re.match(prefix_at_most(244), k)
+            and not k.startswith("requests.")
+            for k in getattr(r, field) or {}
+        ),
+    )
+
+
+def _whole_units_rule(field: str) -> Rule:
+    return Rule(
+        field,
+        f"!has(self.{field}) || self.{field}.all(k, !{_extended('k')}"
+        f" || quantity(string(self.{field}[k])).isInteger())",
+        "must be whole numbers for extended resources such as nvidia.com/gpu",
+        lambda r: all(not _is_extended(k) or _whole(quantity_value(v)) for k, v in (getattr(r, field) or {}).items()),
+    )
+
+
+def _whole(value: Decimal) -> bool:
+    # CEL's isInteger(): a whole number that fits an int64.
+    return value == value.to_integral_value() and abs(value) < 2**63
+
+
+def _request_vs_limit(r: ResourceRequirements, compare: Callable[[str, Decimal, Decimal], bool]) -> bool:
+    limits = r.limits or {}
+    return all(
+        compare(k, quantity_value(v), quantity_value(limits[k])) for k, v in (r.requests or {}).items() if k in limits
+    )
+
+
+_REQUEST = "quantity(string(self.requests[k]))"
+_LIMIT = "quantity(string(self.limits[k]))"
+
+
 class ResourceRequirements(SpecModel):
-    """Compute resources of a container, as in a Pod spec."""
+    """Compute resources of a container, as in a Pod spec; what a Pod refuses is refused here."""
+
+    cel_rules = (
+        _resource_names_rule("requests"),
+        _resource_names_rule("limits"),
+        _whole_units_rule("requests"),
+        _whole_units_rule("limits"),
+        Rule(
+            "limits",
+            f"!has(self.requests) || self.requests.all(k, !{_exact('k')} || (has(self.limits) && k in self.limits))",
+            "must be set for every extended resource (and hugepages) that requests sets",
+            lambda r: all(not _is_exact(k) or k in (r.limits or {}) for k in r.requests or {}),
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            "requests",
+            f"!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits)"
+            f" || ({_exact('k')} ? {_REQUEST}.compareTo({_LIMIT}) == 0 : !{_REQUEST}.isGreaterThan({_LIMIT})))",
+            "must equal limits for extended resources and hugepages, and be at most limits for the others",
+            lambda r: _request_vs_limit(r, lambda k, req, lim: req == lim if _is_exact(k) else req <= lim),
+        ),
+    )
 
     requests: dict[str, Quantity] | None = Field(
-        None, description="Minimum resources the scheduler reserves, by resource name (cpu, memory, ...)."
+        None,
+        max_length=16,
+        description=(
+            "Minimum resources the scheduler reserves, by resource name (cpu, memory, ...). An extended "
+            "resource (nvidia.com/gpu) is a whole number, equal to its limit."
+        ),
     )
     limits: dict[str, Quantity] | None = Field(
-        None, description="Maximum resources the container may use, by resource name."
+        None,
+        max_length=16,
+        description=(
+            "Maximum resources the container may use, by resource name. Each must be at least its request; "
+            "an extended resource requested needs a limit."
+        ),
     )
 
 

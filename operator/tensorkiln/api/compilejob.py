@@ -15,6 +15,7 @@ from .common import (
     DNS_LABEL_PATTERN,
     LIST_SET,
     SHA256_PATTERN,
+    URI_CHAR,
     AccuracyTolerance,
     Calibration,
     CompileJobPhase,
@@ -37,7 +38,8 @@ from .common import (
 
 # The operator's TENSORKILN_REGISTRY_URI: file:// (local), pvc:// (the Helm chart's default), s3://.
 REGISTRY_URI_PATTERN = (
-    r"^(file:///\S+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/\S*)?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?)$"
+    rf"^(file:///{URI_CHAR}+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/{URI_CHAR}*)?"
+    rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/{URI_CHAR}*)?)$"
 )
 
 # A core/v1 NodeAffinity, passed through to the compiler pod untouched.

@@ -35,6 +35,10 @@ from .common import (
     list_map,
 )
 
+INT32_MAX = 2**31 - 1  # replicas and counts in Deployments and HorizontalPodAutoscalers are int32
+UINT32_MAX = 2**32 - 1
+MAX_STABILIZATION_SECONDS = 3600  # a HorizontalPodAutoscaler's stabilizationWindowSeconds limit
+
 
 class DataType(StrEnum):
     """Element type of a tensor."""
@@ -249,7 +253,13 @@ class QueuePolicy(SpecModel):
         0, ge=0, description="How long a request may wait in the queue, in microseconds; 0 waits forever."
     )
     max_queue_size: int = Field(
-        0, ge=0, description="Most requests the queue holds before rejecting new ones; 0 is unbounded."
+        0,
+        ge=0,
+        le=UINT32_MAX,
+        description=(
+            "Most requests the queue holds before rejecting new ones; 0 is unbounded. At most 4294967295 "
+            "(Triton's max_queue_size is a uint32)."
+        ),
     )
     timeout_action: TimeoutAction = Field(
         TimeoutAction.REJECT,
@@ -332,15 +342,25 @@ class SLO(SpecModel):
     target_milliseconds: float = Field(
         gt=0, description="Target end-to-end inference latency at the percentile, in milliseconds."
     )
-    min_replicas: int = Field(1, ge=0, description="Fewest serving replicas per hardware class.")
-    max_replicas: int = Field(10, ge=1, description="Most serving replicas per hardware class.")
+    min_replicas: int = Field(1, ge=0, le=INT32_MAX, description="Fewest serving replicas per hardware class.")
+    max_replicas: int = Field(10, ge=1, le=INT32_MAX, description="Most serving replicas per hardware class.")
     scale_up_stabilization_seconds: int = Field(
-        0, ge=0, description="How long, in seconds, the SLO must be missed before scaling up."
+        0,
+        ge=0,
+        le=MAX_STABILIZATION_SECONDS,
+        description=(
+            "How long, in seconds, the SLO must be missed before scaling up; at most 3600, as for a "
+            "HorizontalPodAutoscaler."
+        ),
     )
     scale_down_stabilization_seconds: int = Field(
         300,
         ge=0,
-        description="How long, in seconds, the SLO must be met with spare headroom before scaling down.",
+        le=MAX_STABILIZATION_SECONDS,
+        description=(
+            "How long, in seconds, the SLO must be met with spare headroom before scaling down; at most 3600, "
+            "as for a HorizontalPodAutoscaler."
+        ),
     )
     mode: ScalingMode = Field(
         ScalingMode.OPERATOR,
@@ -351,10 +371,14 @@ class SLO(SpecModel):
     )
 
 
+# A percentage above 0%: the serving Deployment's maxUnavailable is 0, and both may not be 0.
+SURGE_PERCENT_PATTERN = r"^0*[1-9][0-9]{0,8}%$"
+
+
 def _is_surge(value: int | str) -> bool:
     if isinstance(value, int):
-        return value >= 0
-    return re.fullmatch(r"[0-9]+%", value) is not None
+        return 1 <= value <= INT32_MAX
+    return re.fullmatch(SURGE_PERCENT_PATTERN, value) is not None
 
 
 class Rollout(SpecModel):
@@ -363,15 +387,20 @@ class Rollout(SpecModel):
     cel_rules = (
         Rule(
             "maxSurge",
-            "type(self.maxSurge) == int ? self.maxSurge >= 0 : self.maxSurge.matches('^[0-9]+%$')",
-            "must be a non-negative integer or a percentage such as 25%",
+            f"type(self.maxSurge) == int ? self.maxSurge >= 1 && self.maxSurge <= {INT32_MAX}"
+            f" : self.maxSurge.matches('{SURGE_PERCENT_PATTERN}')",
+            "must be a positive integer or a percentage above 0% such as 25% (the rollout never takes a "
+            "serving replica away first, so it needs a surge)",
             lambda r: _is_surge(r.max_surge),
         ),
     )
 
     max_surge: IntOrString = Field(
         "25%",
-        description="Extra serving replicas allowed during a rollout: a count or a percentage of replicas.",
+        description=(
+            "Extra serving replicas allowed during a rollout: a count or a percentage of replicas, above 0 "
+            "(no serving replica is taken away before its replacement is ready: maxUnavailable is 0)."
+        ),
     )
     keep_previous_engine: bool = Field(
         True,
