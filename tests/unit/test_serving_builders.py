@@ -129,3 +129,15 @@ def test_hpa_mode_golden_and_the_deployment_leaves_replicas_to_it(tmp_path, gold
     deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, None, Settings())
     assert "replicas" not in deployment["spec"]
     assert serving.build_hpa(sample_model(), normalised_spec(sample_model()), target) is None  # Operator mode
+
+
+def test_a_gpu_class_always_gets_its_gpu_whatever_resources_the_user_asks_for():
+    gpu, cpu = (next(c for c in CLASSES.values() if c.kind == kind) for kind in ("GPU", "CPU"))
+    asked = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+    assert serving.triton_resources(asked, gpu) == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"},
+    }
+    assert serving.triton_resources({"limits": {"nvidia.com/gpu": "2"}}, gpu) == {"limits": {"nvidia.com/gpu": "2"}}
+    assert serving.triton_resources(asked, cpu) == asked
+    assert serving.triton_resources(None, gpu) == serving.DEFAULT_RESOURCES["GPU"]

@@ -17,10 +17,21 @@ COMPONENT = {"app.kubernetes.io/component": "serving", "app.kubernetes.io/name":
 MODEL_REPOSITORY = "/models"
 CONFIG_DIR = "/etc/tensorkiln/triton"
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
+GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_RESOURCES = {
-    "GPU": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+    "GPU": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: "1"}},
     "CPU": {"requests": {"cpu": "500m", "memory": "1Gi"}},
 }
+
+
+def triton_resources(requested: dict | None, target: HardwareClass) -> dict:
+    """The user's resources, else the class's defaults; a GPU class's pod always gets its GPU
+    (without one it would land on a GPU node and see none)."""
+    if not requested:
+        return DEFAULT_RESOURCES[target.kind]
+    if target.kind != "GPU" or GPU_RESOURCE in requested.get("limits", {}):
+        return requested
+    return {**requested, "limits": {**requested.get("limits", {}), GPU_RESOURCE: "1"}}
 
 
 def target_name(model_name: str, target: HardwareClass) -> str:
@@ -121,7 +132,7 @@ def build_deployment(
         "livenessProbe": _probe("/v2/health/live", 10, 3),
         # Loading a large engine can take minutes; liveness waits for this to pass first.
         "startupProbe": _probe("/v2/health/ready", 5, 120),
-        "resources": spec["serving"].get("resources") or DEFAULT_RESOURCES[target.kind],
+        "resources": triton_resources(spec["serving"].get("resources"), target),
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "models", "mountPath": MODEL_REPOSITORY, "readOnly": True}],
     }
