@@ -34,7 +34,9 @@ def run(namespaces: list[str], log_format: str | None = None) -> None:
             standalone=True,
             identity=peering.IDENTITY,  # how the resync loop tells itself from its peers
             # Answers once the startup handlers are done: the liveness and the readiness probe.
-            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
+            liveness_endpoint=(
+                f"http://{settings.listen_address}:{settings.health_port}/healthz" if settings.health_port else None
+            ),
         )
     )
 
@@ -48,6 +50,7 @@ def start() -> int:
         "TENSORKILN_SERVING_RUNTIME": "python-backend",
         "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
         "PYTHONUNBUFFERED": "1",
+        "TENSORKILN_LISTEN_ADDRESS": "127.0.0.1",  # /metrics and /healthz for this machine only
         # Human-readable lines in operator.log; JSON (the default) in a cluster.
         "TENSORKILN_LOG_FORMAT": os.environ.get("TENSORKILN_LOG_FORMAT", "full"),
         # file:// sources only from where `cluster up` stages the sample models.

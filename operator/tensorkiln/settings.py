@@ -26,6 +26,9 @@ class Settings:
     metrics_port: int = 9090
     # Port of kopf's health endpoint /healthz, for liveness and readiness probes (0: not served).
     health_port: int = 8080
+    # Where /metrics and /healthz listen: every interface in a pod (behind its Service and probes),
+    # loopback when run on a developer's machine (`tensorkiln operator start`).
+    listen_address: str = "0.0.0.0"
     # json: one JSON object per line with the object's namespace and name (in-cluster default);
     # full: kopf's human-readable lines ([namespace/name] prefixed); plain: the message only.
     log_format: str = "json"
@@ -66,6 +69,7 @@ class Settings:
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
             metrics_port=int(os.environ.get("TENSORKILN_METRICS_PORT", cls.metrics_port)),
             health_port=int(os.environ.get("TENSORKILN_HEALTH_PORT", cls.health_port)),
+            listen_address=os.environ.get("TENSORKILN_LISTEN_ADDRESS") or cls.listen_address,
             log_format=os.environ.get("TENSORKILN_LOG_FORMAT", cls.log_format).lower(),
             model_file_roots=_model_file_roots(),
             webhook_port=int(os.environ.get("TENSORKILN_WEBHOOK_PORT") or 0),

@@ -43,7 +43,11 @@ class Operator:
         self.registry_uri = registry_uri
         self.args = list(args)
         self.metrics_port, self.health_port = free_port(), free_port()
-        self.env = {"TENSORKILN_METRICS_PORT": str(self.metrics_port), "TENSORKILN_HEALTH_PORT": str(self.health_port)}
+        self.env = {
+            "TENSORKILN_METRICS_PORT": str(self.metrics_port),
+            "TENSORKILN_HEALTH_PORT": str(self.health_port),
+            "TENSORKILN_LISTEN_ADDRESS": "127.0.0.1",
+        }
         self.env |= env or {}
         self.proc = None
 

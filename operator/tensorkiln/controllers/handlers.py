@@ -97,9 +97,10 @@ def serve_metrics(memo: kopf.Memo, **_) -> None:
     if not SETTINGS.metrics_port:
         return
     try:
-        memo["metrics_server"] = own_metrics.serve(SETTINGS.metrics_port)
+        memo["metrics_server"] = own_metrics.serve(SETTINGS.metrics_port, SETTINGS.listen_address)
     except OSError as error:  # fail the start: a retry would not free the port
-        raise kopf.PermanentError(f"cannot serve metrics on port {SETTINGS.metrics_port}: {error}") from error
+        where = f"{SETTINGS.listen_address}:{SETTINGS.metrics_port}"
+        raise kopf.PermanentError(f"cannot serve metrics on {where}: {error}") from error
 
 
 @kopf.on.cleanup()

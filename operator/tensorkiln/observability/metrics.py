@@ -236,7 +236,7 @@ class WatchReconnectCounter(logging.Filter):
         return counter
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> WSGIServer:
+def serve(port: int, addr: str) -> WSGIServer:
     """Serve /metrics of the default registry on a daemon thread; OSError when the port is taken."""
     server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
     log.info("serving Prometheus metrics on http://%s:%d/metrics", addr, server.server_port)
