@@ -34,3 +34,13 @@ def test_a_fingerprint_recorded_over_every_link_is_carried_over_not_a_recreate(t
     assert recorded.read_text() == today
     recorded.write_text("something else")  # a cluster created from other binaries is still recreated
     assert cluster._recorded_fingerprint(recorded, bin_dir, today) == "something else"
+
+
+def test_an_edited_audit_policy_changes_the_fingerprint(tmp_path, monkeypatch):
+    bin_dir = cluster_links(tmp_path / "bin")
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text(cluster.AUDIT_POLICY.read_text())
+    monkeypatch.setattr(cluster, "AUDIT_POLICY", policy)
+    before = cluster._cluster_fingerprint(bin_dir)
+    policy.write_text(policy.read_text() + "  - level: Metadata\n")
+    assert cluster._cluster_fingerprint(bin_dir) != before

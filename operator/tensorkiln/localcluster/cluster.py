@@ -28,6 +28,9 @@ from tensorkiln.operator_runner import PIDFILE as OPERATOR_PIDFILE
 LOCAL_NODE = "local-0"
 AGENT_PIDFILE = paths.LOCALNODE_STATE / "agent.pid"
 AGENT_CODE = paths.LOCALNODE_STATE / "agent.code"  # agent_code() of the running agent
+# What the API server's audit log records (ServiceAccounts' requests), and where kwokctl keeps it.
+AUDIT_POLICY = paths.LOCALCLUSTER_DIR / "audit-policy.yaml"
+AUDIT_LOG = paths.KWOK_CLUSTER_DIR / "logs" / "audit.log"
 
 
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -63,11 +66,13 @@ def _wait(predicate, what: str, timeout: float) -> None:
 
 
 def _cluster_fingerprint(bin_dir: Path, names: list[str] | None = None) -> str:
-    """What the cluster was created from: kwokctl applies its config only at creation. Only the
-    cluster's own binaries count: building helm or versitygw later must not recreate it."""
+    """What the cluster was created from: kwokctl applies its config and the audit policy only at
+    creation. Only the cluster's own binaries count: building helm or versitygw later must not
+    recreate it."""
     if names is None:
         names = [c for b in binaries.CLUSTER_BINARIES for c in binaries.BINARIES[b].commands]
     digest = hashlib.sha256(paths.KWOK_CONFIG.read_bytes())
+    digest.update(AUDIT_POLICY.read_bytes())
     for name in sorted(names):
         digest.update(f"{name}={os.readlink(bin_dir / name)}".encode())
     return digest.hexdigest()
@@ -89,7 +94,8 @@ def _start_control_plane() -> None:
     recorded = paths.STATE_DIR / "cluster-fingerprint"
     if _cluster_exists() and recorded.exists() and _recorded_fingerprint(recorded, bin_dir, fingerprint) != fingerprint:
         print(
-            "localcluster/kwok.yaml or a binary changed since the cluster was created: recreating it", file=sys.stderr
+            "localcluster/kwok.yaml, the audit policy or a binary changed since the cluster was created: recreating it",
+            file=sys.stderr,
         )
         down()
     if _cluster_exists():
@@ -116,6 +122,8 @@ def _start_control_plane() -> None:
         "--kwok-controller-binary",
         str(bin_dir / "kwok"),
         "--disable-qps-limits",
+        "--kube-audit-policy",
+        str(AUDIT_POLICY),
         "--wait",
         "120s",
     )
