@@ -10,6 +10,8 @@ Server-side apply is a `patch`, and also needs `create` when the object does not
 tests/unit/test_chart.py renders charts/tensorkiln and checks that the Roles and ClusterRoles it
 binds grant exactly `expected_permissions(...)`: a call added to the code without a row here
 fails in a real cluster with 403, and a grant left in the chart without a row fails that test.
+tests/integration/test_rbac_audit.py checks the table against the calls the chart's operator
+really makes, read from the API server's audit log (tensorkiln.rbac_audit).
 """
 
 from __future__ import annotations
