@@ -64,6 +64,15 @@ BINARIES = {
             ("versitygw",),
             "-X main.Version=v1.8.0",
         ),
+        # cert-manager's controller and cainjector (one binary, by argv[0]), for the chart's
+        # cert-manager mode test; main.go wires upstream's controllers (its cmd/ modules are not served).
+        GoBinary(
+            "certmanager",
+            "certmanager",
+            ".",
+            "v1.21.2",
+            ("cert-manager-controller", "cert-manager-cainjector"),
+        ),
     )
 }
 
