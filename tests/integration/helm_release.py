@@ -85,15 +85,6 @@ def registry_volume(api, namespace, tmp_path):
 
 
 @pytest.fixture
-def alone(operator):
-    """The session's cluster-wide test operator would reconcile the release's namespace too, with a
-    registry of its own: it is stopped while the chart's operator is under test."""
-    operator.kill()
-    yield
-    operator.start()
-
-
-@pytest.fixture
 def chart_values() -> dict:
     """Values a test module adds to (and over) the release's; a module overrides this fixture."""
     return {}

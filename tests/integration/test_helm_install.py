@@ -19,8 +19,7 @@ from . import helm_release
 from .helm_release import LOCAL_NODE, SA_PATH, container_log, process_env, run, wait_operator_ready
 
 # The shared fixtures, found by pytest as this module's attributes.
-alone, chart_values, registry_volume, release, tools = (
-    helm_release.alone,
+chart_values, registry_volume, release, tools = (
     helm_release.chart_values,
     helm_release.registry_volume,
     helm_release.release,

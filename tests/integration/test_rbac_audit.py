@@ -18,8 +18,7 @@ from tensorkiln.localcluster.slo_workloads import SIMULATED, deploy
 from . import helm_release
 from .helm_release import wait_operator_ready
 
-alone, chart_values, registry_volume, release, tools = (
-    helm_release.alone,
+chart_values, registry_volume, release, tools = (
     helm_release.chart_values,
     helm_release.registry_volume,
     helm_release.release,
