@@ -249,10 +249,21 @@ def test_unsupported_volume_fails_the_pod_clearly():
     assert err.value.permanent and err.value.reason == "VolumeNotSupported"
 
 
-def test_missing_configmap_volume_is_retryable():
+@pytest.mark.parametrize(
+    "volume, message",
+    [
+        ({"configMap": {"name": "absent"}}, 'configmap "absent" not found'),
+        ({"secret": {"secretName": "absent"}}, 'secret "absent" not found'),
+        ({"projected": {"sources": [{"secret": {"name": "absent"}}]}}, 'secret "absent" not found'),
+        ({"secret": {"secretName": "creds", "items": [{"key": "nope", "path": "x"}]}}, "couldn't find key nope"),
+    ],
+)
+def test_missing_configmap_or_secret_holds_the_pod_as_a_failed_mount(volume, message):
+    """As the kubelet: ContainerCreating and its FailedMount message, retried until it exists."""
     with pytest.raises(PlanError) as err:
-        plan_pod(pod(container(), volumes=[{"name": "v", "configMap": {"name": "absent"}}]), CTX, RESOLVER)
-    assert not err.value.permanent and err.value.reason == "CreateContainerConfigError"
+        plan_pod(pod(container(), volumes=[{"name": "v", **volume}]), CTX, RESOLVER)
+    assert not err.value.permanent and err.value.reason == "ContainerCreating"
+    assert err.value.message.startswith(f'MountVolume.SetUp failed for volume "v" : {message}')
 
 
 def test_image_without_command_and_without_rule_is_not_mappable():

@@ -1,9 +1,13 @@
 """PodWorker end to end against a fake API: real local processes, recorded status patches."""
 
+import base64
+import dataclasses
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
+from tensorkiln.localnode import worker as worker_module
 from tensorkiln.localnode.ipam import IpAllocator
 from tensorkiln.localnode.worker import NodeEnv, PodWorker
 
@@ -192,3 +196,50 @@ def test_resumed_never_pod_reports_lost_container(env):
     status = run_to_end(PodWorker(pod, env))
     term = status["containerStatuses"][0]["state"]["terminated"]
     assert (status["phase"], term["exitCode"], term["reason"]) == ("Failed", 137, "ContainerStatusUnknown")
+
+
+class Objects(NoObjects):
+    """ConfigMaps and Secrets that tests add and change while the pod runs."""
+
+    def __init__(self):
+        self.objects = {}
+
+    def lookup(self, kind, namespace, name):
+        return self.objects.get((kind, namespace, name))
+
+
+def test_missing_secret_holds_the_pod_until_it_exists_then_renewals_reach_the_files(env, monkeypatch):
+    monkeypatch.setattr(worker_module, "SETUP_RETRY_S", 0.2)
+    monkeypatch.setattr(worker_module, "VOLUME_SYNC_S", 0.2)
+    objects = Objects()
+    env = dataclasses.replace(env, resolver=objects)
+    mounts = [{"name": "cert", "mountPath": "/certs"}]
+    pod = make_pod(
+        sh("while :; do sleep 0.1; done", volumeMounts=mounts),
+        volumes=[{"name": "cert", "secret": {"secretName": "tls"}}],
+    )
+    worker = PodWorker(pod, env)
+    worker.start()
+    held = 'MountVolume.SetUp failed for volume "cert" : secret "tls" not found'
+    wait_for(lambda: env.kube.statuses())
+    waiting = env.kube.statuses()[-1]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting == {"reason": "ContainerCreating", "message": held}
+    wait_for(lambda: any(method == "PATCH" and "/events/" in path for method, path, _ in env.kube.calls))
+    (event,) = events(env)  # retries count up the one Event, as the kubelet's correlator does
+    assert (event["reason"], event["type"], event["message"]) == ("FailedMount", "Warning", held)
+    assert event["involvedObject"]["uid"] == "uid-1" and event["source"] == {"component": "kubelet", "host": "local-0"}
+    counted = next((path, body) for method, path, body in env.kube.calls if method == "PATCH" and "/events/" in path)
+    assert counted == (f"/api/v1/namespaces/ns/events/{event['metadata']['name']}", {"count": 2, "lastTimestamp": ANY})
+
+    objects.objects["secrets", "ns", "tls"] = {"data": {"tls.crt": base64.b64encode(b"first").decode()}}
+    wait_for(lambda: "running" in env.kube.statuses()[-1]["containerStatuses"][0]["state"])
+    cert = env.pod_dir("uid-1") / "volumes" / "cert" / "tls.crt"
+    assert cert.read_bytes() == b"first"
+    objects.objects["secrets", "ns", "tls"] = {"data": {"tls.crt": base64.b64encode(b"renewed").decode()}}
+    wait_for(lambda: cert.read_bytes() == b"renewed")
+    worker.stop("shutdown")
+    worker.join(5)
+
+
+def events(env):
+    return [body for method, path, body in env.kube.calls if method == "POST" and path.endswith("/events")]

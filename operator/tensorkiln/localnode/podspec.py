@@ -36,6 +36,17 @@ sets the service env for every pod; here only where the token is mounted.
 Projected service-account tokens are requested again at 80% of their expirationSeconds (at most
 every 24 h), as the kubelet does, and the files replaced atomically (`token_volumes`).
 
+Volumes the agent fills (configMap, secret, downwardAPI, projected) are written as the kubelet's
+AtomicWriter writes them (`write_atomically`): the files go into a new hidden directory, the
+`..data` symlink is swapped to it in one rename, and each top-level name is a symlink through
+`..data`, so a reader sees the old key set or the new one, never a mix (tls.crt and tls.key of
+one certificate). A missing ConfigMap or Secret that is not `optional` holds the pod, as the
+kubelet's mount does: reason ContainerCreating, message `MountVolume.SetUp failed for volume "v" :
+secret "s" not found`, retried until it exists. Running pods' volumes are re-synced
+(`synced_volumes`) so renewed certificates reach them, except volumes mounted through a subPath
+(the kubelet does not update those either) and projected volumes holding tokens (rewritten when
+the tokens are renewed: a sync must not request a token each time).
+
 Env follows the kubelet: POD_IP, HOSTNAME, HOME and a PATH with the project venv first, then
 envFrom, then env, with $(VAR) expansion in env values, command and args. A volume mounted at
 /tmp also sets TMPDIR (unless the pod does), so temporary files land in the volume.
@@ -52,7 +63,9 @@ import base64
 import math
 import os
 import re
+import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +85,7 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Read by tensorkiln.kube.load_incluster (same name there).
 SERVICE_ACCOUNT_DIR_ENV = "TENSORKILN_SERVICE_ACCOUNT_DIR"
 TOKEN_REFRESH_CAP_S = 24 * 3600
+DATA_LINK = "..data"  # the kubelet AtomicWriter's name for the current generation of a volume's files
 # PersistentVolume spec fields that are not the volume source.
 _PV_COMMON = {
     "accessModes",
@@ -126,6 +140,7 @@ class VolumePlan:
     path: Path
     files: dict[str, tuple[bytes, int]]  # relative path -> (content, mode)
     create: bool  # False for a hostPath that must already exist
+    filled: bool = False  # the agent writes its whole contents (write_atomically), kept in sync
 
 
 @dataclass(frozen=True)
@@ -151,7 +166,7 @@ class PodPlan:
 
 def plan_pod(pod: dict, ctx: PodContext, resolver: Resolver, rules: tuple[ImageRule, ...] = IMAGE_RULES) -> PodPlan:
     spec = pod["spec"]
-    volumes = [_plan_volume(v, pod, ctx, resolver) for v in spec.get("volumes", [])]
+    volumes = [plan_volume(v, pod, ctx, resolver) for v in spec.get("volumes", [])]
     by_name = {v.name: v for v in volumes}
 
     def plan(c: dict) -> ContainerPlan:
@@ -390,6 +405,19 @@ def _field_value(pod: dict, ctx: PodContext, path: str) -> str:
     raise PlanError(CONFIG_ERROR, f"fieldRef {path!r} is not supported on the local node", permanent=True)
 
 
+def plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> VolumePlan:
+    """The volume's local directory and, for the volumes the agent fills, their files. A retryable
+    error filling one (a missing Secret, the API unreachable) is the kubelet's mount failure."""
+    try:
+        return _plan_volume(volume, pod, ctx, resolver)
+    except PlanError as exc:
+        if exc.permanent or exc.reason == VOLUME_PENDING:
+            raise
+        raise PlanError(
+            VOLUME_PENDING, f'MountVolume.SetUp failed for volume "{volume["name"]}" : {exc.message}', permanent=False
+        ) from exc
+
+
 def _plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -> VolumePlan:
     name = volume["name"]
     local = ctx.pod_dir / "volumes" / name
@@ -403,12 +431,13 @@ def _plan_volume(volume: dict, pod: dict, ctx: PodContext, resolver: Resolver) -
         kind, src = ("configmaps", volume["configMap"]) if "configMap" in volume else ("secrets", volume["secret"])
         mode = src.get("defaultMode", DEFAULT_FILE_MODE)
         ref_name = src.get("name") or src.get("secretName")
-        return VolumePlan(name, local, _keyed_files(kind, namespace, ref_name, src, mode, resolver), True)
+        return VolumePlan(name, local, _keyed_files(kind, namespace, ref_name, src, mode, resolver), True, True)
     if "downwardAPI" in volume:
         src = volume["downwardAPI"]
-        return VolumePlan(name, local, _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE)), True)
+        files = _downward_files(src, pod, ctx, src.get("defaultMode", DEFAULT_FILE_MODE))
+        return VolumePlan(name, local, files, True, True)
     if "projected" in volume:
-        return VolumePlan(name, local, _projected_files(volume["projected"], pod, ctx, resolver), True)
+        return VolumePlan(name, local, _projected_files(volume["projected"], pod, ctx, resolver), True, True)
     if "persistentVolumeClaim" in volume:
         return _claimed_volume(name, volume["persistentVolumeClaim"]["claimName"], namespace, resolver)
     kind = next((key for key in volume if key != "name"), "unknown")
@@ -461,23 +490,81 @@ def token_refresh_seconds(pod: dict) -> float | None:
 
 def token_volumes(pod: dict, ctx: PodContext, resolver: Resolver) -> list[VolumePlan]:
     """The pod's projected volumes that hold service-account tokens, planned again: new tokens."""
-    return [_plan_volume(v, pod, ctx, resolver) for v in pod["spec"].get("volumes", []) if _token_sources(v)]
+    return [plan_volume(v, pod, ctx, resolver) for v in pod["spec"].get("volumes", []) if _token_sources(v)]
 
 
-def write_volume_files(volume: VolumePlan) -> None:
-    """The volume's files, each replaced atomically (a reader sees the old token or the new one)."""
-    for relative, (content, mode) in volume.files.items():
-        target = volume.path / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(content)
-            os.chmod(partial, mode)
-            os.replace(partial, target)
-        except BaseException:
-            Path(partial).unlink(missing_ok=True)
-            raise
+def synced_volumes(pod: dict) -> list[dict]:
+    """The volumes a periodic sync rewrites, as the kubelet keeps Secret and ConfigMap contents in
+    step: those the agent fills, less token volumes (see token_volumes) and volumes some container
+    mounts through a subPath (the kubelet bind-mounts the file as it was at the container's start)."""
+    spec = pod["spec"]
+    containers = spec.get("initContainers", []) + spec["containers"]
+    sub_mounted = {
+        m["name"] for c in containers for m in c.get("volumeMounts", []) if m.get("subPath") or m.get("subPathExpr")
+    }
+    return [
+        v
+        for v in spec.get("volumes", [])
+        if any(kind in v for kind in ("configMap", "secret", "downwardAPI", "projected"))
+        and not _token_sources(v)
+        and v["name"] not in sub_mounted
+    ]
+
+
+def write_atomically(directory: Path, files: dict[str, tuple[bytes, int]]) -> bool:
+    """Make `directory` hold exactly `files` (relative path -> content, mode) as the kubelet's
+    AtomicWriter does: a new `..<timestamp>` directory, `..data` swapped to it by one rename, and
+    a `name -> ..data/name` symlink per top-level name. False when the files were already so.
+
+    A name left from an earlier layout (a plain file or directory) is replaced by its symlink."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = directory / DATA_LINK
+    old = directory / os.readlink(data) if data.is_symlink() else None
+    if old is not None and old.is_dir() and _holds(old, files):
+        return False
+    new = Path(tempfile.mkdtemp(prefix=time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()), dir=directory))
+    try:
+        new.chmod(0o755)
+        for relative, (content, mode) in files.items():
+            target = new / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(mode)
+        _swap_symlink(directory / "..data_tmp", data, new.name)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    tops = {Path(relative).parts[0] for relative in files}
+    for top in tops:
+        link = directory / top
+        if not (link.is_symlink() and os.readlink(link) == f"{DATA_LINK}/{top}"):
+            if link.is_dir() and not link.is_symlink():
+                shutil.rmtree(link)
+            _swap_symlink(directory / f"..{top}_tmp", link, f"{DATA_LINK}/{top}")
+    for entry in directory.iterdir():  # names the new set no longer has
+        if entry.name not in tops and entry.is_symlink() and os.readlink(entry).startswith(f"{DATA_LINK}/"):
+            entry.unlink()
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def _holds(directory: Path, files: dict[str, tuple[bytes, int]]) -> bool:
+    """Whether `directory` has exactly these files, contents and modes."""
+    present = {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()}
+    if present != set(files):
+        return False
+    for relative, (content, mode) in files.items():
+        path = directory / relative
+        if path.read_bytes() != content or path.stat().st_mode & 0o7777 != mode:
+            return False
+    return True
+
+
+def _swap_symlink(temporary: Path, link: Path, target: str) -> None:
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target)
+    os.replace(temporary, link)
 
 
 def _keyed_files(

@@ -197,3 +197,29 @@ def _cap(text: str, limit: int, *, keep: str) -> str:
         return text
     data = data[:limit] if keep == "head" else data[-limit:]
     return data.decode(errors="ignore")
+
+
+def pod_event(pod: dict, *, node_name: str, reason: str, message: str, now: str, now_ns: int) -> dict:
+    """A Warning Event about the pod, as the kubelet records one (named <pod>.<hex nanoseconds>)."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{now_ns:x}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "kubelet", "host": node_name},
+        "reportingComponent": "kubelet",
+        "reportingInstance": node_name,
+    }

@@ -11,7 +11,13 @@ running); a deleted pod's processes get SIGTERM, then SIGKILL after the grace pe
 final phase is reported, and the pod object is deleted with grace period 0.
 
 Projected service-account tokens are renewed while the pod runs (podspec.token_refresh_seconds);
-a failed renewal is retried every SETUP_RETRY_S and the old token stays meanwhile.
+a failed renewal is retried every SETUP_RETRY_S and the old token stays meanwhile. ConfigMap,
+Secret and downwardAPI contents are re-synced every VOLUME_SYNC_S (podspec.synced_volumes), so a
+renewed certificate reaches a running pod. The kubelet takes up to about a minute (its sync
+period); 15 s keeps a renewal's round trip short for tests and costs one GET per referenced object
+per pod and period, little for a one-machine cluster. A volume that cannot be filled (a missing
+Secret) holds the pod in ContainerCreating and is retried; each failure is also recorded as a
+Warning Event (FailedMount, or Failed for a container's config), counted up while it repeats.
 
 Agent restarts: a previous agent's processes were killed (runtime.sweep), so containers the
 API still shows running are reported lost (exit 137, ContainerStatusUnknown) and restarted
@@ -33,15 +39,18 @@ from .ipam import IpAllocator, IpExhausted
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .node import HOST_IP
 from .podspec import (
+    VOLUME_PENDING,
     ContainerPlan,
     PlanError,
     PodContext,
     PodPlan,
     Resolver,
     plan_pod,
+    plan_volume,
+    synced_volumes,
     token_refresh_seconds,
     token_volumes,
-    write_volume_files,
+    write_atomically,
 )
 from .probes import ProbeTracker, run_probe
 from .runtime import Process, StartError
@@ -50,6 +59,7 @@ from .status import (
     ContainerState,
     exit_code,
     pod_conditions,
+    pod_event,
     pod_phase,
     pod_status,
     restarts,
@@ -64,6 +74,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.5
 SETUP_RETRY_S = 5
+VOLUME_SYNC_S = 15
 BACKOFF_INITIAL_S = 10
 BACKOFF_CAP_S = 300
 BACKOFF_RESET_S = 600
@@ -140,6 +151,8 @@ class PodWorker:
         self._setup_at = 0.0
         self._ctx: PodContext | None = None
         self._token_refresh_at: float | None = None  # monotonic; None: no projected tokens
+        self._sync_at = 0.0  # monotonic time of the next volume sync
+        self._event: tuple[str, str, str, int] | None = None  # reason, message, name, count: the last Event
         self._failure: tuple[str, str] | None = None  # pod-level reason, message: the pod failed
         self._final = False  # nothing restarts any more
         self._pushed: dict | None = None
@@ -194,6 +207,8 @@ class PodWorker:
                 self._enforce_deadline()
                 if self._token_refresh_at is not None and now >= self._token_refresh_at:
                     self._refresh_tokens(now)
+                if now >= self._sync_at:
+                    self._sync_volumes(now)
             status = self._status()
             if self._push(status) and status["phase"] in TERMINAL_PHASES:
                 log.info("pod %s/%s: %s", self.namespace, self.name, status["phase"])
@@ -246,6 +261,7 @@ class PodWorker:
             self._setup_failed(exc, now)
             return
         self._ctx = ctx
+        self._sync_at = now + VOLUME_SYNC_S
         refresh_s = token_refresh_seconds(self._pod)
         self._token_refresh_at = None if refresh_s is None else now + refresh_s
         for c, container_plan in zip(self._inits + self._apps, plan.init_containers + plan.containers):
@@ -261,6 +277,8 @@ class PodWorker:
             else PlanError("IpExhausted" if isinstance(exc, IpExhausted) else "SetupFailed", str(exc), permanent=False)
         )
         log.warning("pod %s/%s: %s: %s", self.namespace, self.name, error.reason, error.message)
+        if isinstance(exc, PlanError):
+            self._warn(exc)
         for c in self._inits + self._apps:
             if c.start_at is not None and error.container in (None, c.state.name):
                 c.state.state = waiting(error.reason, error.message)
@@ -273,12 +291,53 @@ class PodWorker:
         """New projected service-account tokens, as the kubelet rotates them."""
         try:
             for volume in token_volumes(self._pod, self._ctx, self.env.resolver):
-                write_volume_files(volume)
+                write_atomically(volume.path, volume.files)
         except (PlanError, OSError) as exc:
             log.warning("pod %s/%s: renewing service-account tokens: %s", self.namespace, self.name, exc)
             self._token_refresh_at = now + SETUP_RETRY_S
             return
         self._token_refresh_at = now + token_refresh_seconds(self._pod)
+
+    def _sync_volumes(self, now: float) -> None:
+        """Rewrite the ConfigMap, Secret and downwardAPI volumes whose contents changed. One that
+        cannot be read keeps its files (as the kubelet's), and says so in an Event."""
+        for volume in synced_volumes(self._pod):
+            try:
+                plan = plan_volume(volume, self._pod, self._ctx, self.env.resolver)
+                if write_atomically(plan.path, plan.files):
+                    log.info("pod %s/%s: volume %s updated", self.namespace, self.name, plan.name)
+            except (PlanError, OSError) as exc:
+                log.warning("pod %s/%s: syncing volume %s: %s", self.namespace, self.name, volume["name"], exc)
+                if isinstance(exc, PlanError):
+                    self._warn(exc)
+        self._sync_at = now + VOLUME_SYNC_S
+
+    def _warn(self, error: PlanError) -> None:
+        """A Warning Event for the error, as the kubelet records one; a repeat counts up the last."""
+        reason, message = (
+            ("FailedMount", error.message) if error.reason == VOLUME_PENDING else ("Failed", f"Error: {error.message}")
+        )
+        events = f"/api/v1/namespaces/{self.namespace}/events"
+        try:
+            if self._event and self._event[:2] == (reason, message):
+                _, _, name, count = self._event
+                patch = {"count": count + 1, "lastTimestamp": timestamp()}
+                self.env.kube.call("PATCH", f"{events}/{name}", body=patch, patch="merge")
+                self._event = (reason, message, name, count + 1)
+                return
+            body = pod_event(
+                self._pod,
+                node_name=self.env.node_name,
+                reason=reason,
+                message=message,
+                now=timestamp(),
+                now_ns=time.time_ns(),
+            )
+            self.env.kube.call("POST", events, body=body)
+            self._event = (reason, message, body["metadata"]["name"], 1)
+        except Exception as exc:  # an Event is a courtesy: the status says it too
+            self._event = None  # perhaps expired (events live an hour): the next one is new
+            log.warning("pod %s/%s: recording event %s: %s", self.namespace, self.name, reason, describe(exc))
 
     def _advance(self, now: float) -> None:
         pending_init = next((c for c in self._inits if c.state.exit_code != 0), None)
@@ -491,9 +550,10 @@ class PodWorker:
 
 def _prepare_volumes(plan: PodPlan) -> None:
     for volume in plan.volumes:
-        if volume.create:
+        if volume.filled:
+            write_atomically(volume.path, volume.files)
+        elif volume.create:
             volume.path.mkdir(parents=True, exist_ok=True)
-        write_volume_files(volume)
     for container in plan.init_containers + plan.containers:  # the mount views
         for link, target in container.links.items():
             link.parent.mkdir(parents=True, exist_ok=True)
