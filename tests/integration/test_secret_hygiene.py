@@ -164,7 +164,10 @@ def phase(obj: dict | None) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def scenario(api, tmp_path_factory):
+def scenario(api, operator, tmp_path_factory):
+    # The session's cluster-wide test operator would reconcile these namespaces too, with its own
+    # (file) registry and no credentials, racing the paths under test: it is stopped meanwhile.
+    operator.kill()
     planted = {"right": f"planted-{secrets.token_hex(20)}", "wrong": f"planted-{secrets.token_hex(20)}"}
     access_key = f"tk-{uuid.uuid4().hex[:12]}"
     server = VersityGateway(tmp_path_factory.mktemp("hygiene-s3") / "data", access_key, planted["right"])
@@ -176,7 +179,7 @@ def scenario(api, tmp_path_factory):
     agent_log_start = agent_log.stat().st_size if agent_log.exists() else 0
     created, operators = [], {}
 
-    def operator(name: str, watched: list[str], secret_key: str) -> Operator:
+    def start_operator(name: str, watched: list[str], secret_key: str) -> Operator:
         op = Operator(
             tmp_path_factory.mktemp(f"hygiene-{name}") / "operator.log",
             f"s3://{ENGINES}/{suffix}",
@@ -210,8 +213,8 @@ def scenario(api, tmp_path_factory):
             secret = {"metadata": {"name": REGISTRY_SECRET}, "stringData": credentials}
             core.create_namespaced_secret(namespace, secret)
 
-        main = operator("main", [namespaces["good"], namespaces["wrong"]], planted["right"])
-        refused = operator("refused", [namespaces["refused"]], planted["wrong"])
+        main = start_operator("main", [namespaces["good"], namespaces["wrong"]], planted["right"])
+        refused = start_operator("refused", [namespaces["refused"]], planted["wrong"])
         custom = client.CustomObjectsApi(api)
         for role, namespace in namespaces.items():
             body = model_body(namespace, f"ocr-{role}", f"{role}/cls.onnx", retries=0 if role == "wrong" else 2)
@@ -276,6 +279,7 @@ def scenario(api, tmp_path_factory):
                 lambda n=namespace: not namespace_exists(core, n), timeout=180, what=f"namespace {namespace} deleted"
             )
         server.stop()
+        operator.start()
 
 
 def test_every_path_used_the_planted_credentials(scenario):
