@@ -4,12 +4,14 @@ certmanager) and run as local processes acting in the release's namespace only. 
 issues the chart's Certificate from its self-signed Issuer into the Secret the operator mounts,
 cainjector writes the CA into the chart's ValidatingWebhookConfiguration, and the real API server
 calls the webhook through the chart's Service (service_proxy, a SIMULATION of kube-proxy).
-The operator pod is replaced once the Secret is issued: the local node agent does not refresh
-Secret volumes, so cert-manager's renewals in place are not covered here.
+The operator pod is never replaced: its Secret volume is optional and starts empty, and the local
+node agent, like a kubelet, re-syncs it once cert-manager has issued the Secret, and again when a
+renewal (triggered as `cmctl renew` does) replaces it.
 The CRDs are removed afterwards when the cluster lacked them.
 """
 
 import base64
+import datetime
 import os
 import subprocess
 from pathlib import Path
@@ -120,19 +122,42 @@ def test_cert_manager_issues_and_injects_the_certificate_the_api_server_checks(a
     except pytest.fail.Exception:
         pytest.fail(f"caBundle not injected\n{logs()}")
 
-    # The local node agent writes a Secret volume once, when the pod starts, and cert-manager made
-    # the Secret after that (a kubelet would hold the pod until the Secret exists, and then keep
-    # the files in step): a new pod mounts the issued certificate.
-    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
-    core.delete_collection_namespaced_pod(namespace, label_selector=selector)
-    wait_for(
-        lambda: all(p.metadata.deletion_timestamp is None for p in core.list_namespaced_pod(namespace).items),
-        timeout=120,
-        what="the first operator pod gone",
-    )
     pod = wait_operator_ready(core, namespace, release)
     with service_proxy(api, namespace, name):
         try:
             _assert_webhook_judges(api, namespace)
         except AssertionError as error:
             pytest.fail(f"{error}\n{container_log(pod)}")
+
+    # A renewal in place reaches the running container's files, with no restart.
+    issued = core.read_namespaced_secret(secret, namespace).data["tls.crt"]
+    _renew(custom, namespace, name)
+    wait_for(
+        lambda: core.read_namespaced_secret(secret, namespace).data["tls.crt"] != issued,
+        timeout=90,
+        what="cert-manager to renew the certificate",
+    )
+    renewed = base64.b64decode(core.read_namespaced_secret(secret, namespace).data["tls.crt"])
+    mounted = paths.LOCALNODE_STATE / "pods" / pod.metadata.uid / "volumes" / "webhook-cert" / "tls.crt"
+    wait_for(lambda: mounted.read_bytes() == renewed, timeout=60, what="the renewed certificate in the pod's volume")
+    now = core.read_namespaced_pod(pod.metadata.name, namespace)
+    assert now.status.container_statuses[0].restart_count == pod.status.container_statuses[0].restart_count
+
+
+def _renew(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """What `cmctl renew` does: the Certificate's Issuing condition set to True, ManuallyTriggered."""
+    certificate = custom.get_namespaced_custom_object("cert-manager.io", "v1", namespace, "certificates", name)
+    status = certificate.setdefault("status", {})
+    status["conditions"] = [c for c in status.get("conditions", []) if c["type"] != "Issuing"] + [
+        {
+            "type": "Issuing",
+            "status": "True",
+            "reason": "ManuallyTriggered",
+            "message": "Certificate re-issuance manually triggered",
+            "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "observedGeneration": certificate["metadata"]["generation"],
+        }
+    ]
+    custom.replace_namespaced_custom_object_status(
+        "cert-manager.io", "v1", namespace, "certificates", name, certificate
+    )

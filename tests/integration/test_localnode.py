@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from tensorkiln.localcluster import paths
 from tensorkiln.localnode.kube import Kube
 
 from .helpers import wait_for
@@ -283,3 +284,32 @@ def test_claim_bound_to_a_host_path_volume_is_the_pod_mount(kube, ns, tmp_path):
         assert (tmp_path / "out.txt").read_text() == "written\n"
     finally:
         kube.call("DELETE", f"/api/v1/persistentvolumes/{pv}")
+
+
+def test_secret_volume_waits_for_its_secret_and_follows_its_updates(kube, ns):
+    """As a kubelet: a missing Secret holds the pod (ContainerCreating, a FailedMount Event) until
+    it exists, and the running container reads the Secret's new data after the next sync (15 s)."""
+    mounts = [{"name": "tls", "mountPath": "/etc/tls"}]
+    reader = sh("while :; do cat /etc/tls/tls.crt; echo; sleep 1; done", volumeMounts=mounts)
+    run_pod(kube, ns, "reader", reader, volumes=[{"name": "tls", "secret": {"secretName": "cert"}}])
+    held = 'MountVolume.SetUp failed for volume "tls" : secret "cert" not found'
+    selector = {"fieldSelector": "involvedObject.name=reader,reason=FailedMount"}
+    (event,) = wait_for(
+        lambda: kube.call("GET", f"/api/v1/namespaces/{ns}/events", query=selector)["items"],
+        timeout=30,
+        interval=0.5,
+        what="a FailedMount event",
+    )
+    assert (event["type"], event["message"], event["source"]["host"]) == ("Warning", held, NODE)
+    status = get_pod(kube, ns, "reader")["status"]
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"]["waiting"] == {"reason": "ContainerCreating", "message": held}
+
+    create(kube, f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": "cert"}, "stringData": {"tls.crt": "first"}})
+    pod = wait_phase(kube, ns, "reader", "Running", timeout_s=30)
+    log = paths.LOCALNODE_STATE / "pods" / pod["metadata"]["uid"] / "main" / "log"
+    wait_for(lambda: log.exists() and "first" in log.read_text(), timeout=15, interval=0.5, what="the first data read")
+    body = {"stringData": {"tls.crt": "renewed"}}
+    kube.call("PATCH", f"/api/v1/namespaces/{ns}/secrets/cert", body=body, patch="merge")
+    wait_for(lambda: "renewed" in log.read_text(), timeout=45, interval=0.5, what="the container to read the new data")
+    assert get_pod(kube, ns, "reader")["status"]["containerStatuses"][0]["restartCount"] == 0
