@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from cryptography import x509
+from kubernetes import client
 from tensorkiln.admission import certificates, checks, webhook
 from tensorkiln.api import InferenceModelSpec
 from tensorkiln.hardware.classes import HardwareClass
@@ -439,3 +440,29 @@ def test_a_live_tls_context_serves_the_renewed_certificate_to_new_connections(tm
     first_serial = x509.load_pem_x509_certificate(first.cert).serial_number
     second_serial = x509.load_pem_x509_certificate(second.cert).serial_number
     assert serials == [first_serial, second_serial, second_serial]
+
+
+def test_the_ca_waits_for_a_configuration_created_after_the_operator_started():
+    class Api:
+        reads = 0
+
+        def read_validating_webhook_configuration(self, name):
+            self.reads += 1
+            if self.reads < 3:  # Helm has not created it yet
+                raise client.ApiException(status=404, reason="Not Found")
+            return f"configuration {name}"
+
+    slept = []
+    assert webhook.wait_for_configuration(Api(), "tk", sleep=slept.append) == "configuration tk"
+    assert slept == [webhook.CONFIGURATION_POLL_SECONDS] * 2
+
+
+def test_other_errors_reading_the_configuration_are_raised():
+    import pytest
+
+    class Api:
+        def read_validating_webhook_configuration(self, name):
+            raise client.ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(client.ApiException):
+        webhook.wait_for_configuration(Api(), "tk", sleep=lambda s: pytest.fail("must not wait"))

@@ -31,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import itertools
 import logging
 import os
 import ssl
 import tempfile
+import time
 from pathlib import Path
 
 import kopf
@@ -56,6 +58,7 @@ MANAGED_BY = "tensorkiln-operator"
 MANAGED_HOST = "127.0.0.1"
 CHECK_SECONDS = 300  # the Secret is re-read at least this often (another replica may have renewed)
 CA_PROPAGATION_SECONDS = 10  # between writing a caBundle and serving a certificate it alone trusts
+CONFIGURATION_POLL_SECONDS = 2  # while the configuration to write the caBundle into does not exist
 
 
 def judge(model: dict, old: dict | None, operation: str, review, namespaces: list[str]) -> tuple[list[str], list[str]]:
@@ -250,6 +253,24 @@ def _secret_bundle(
     return bundle
 
 
+def wait_for_configuration(
+    api: client.AdmissionregistrationV1Api, name: str, sleep=time.sleep
+) -> client.V1ValidatingWebhookConfiguration:
+    """The chart's ValidatingWebhookConfiguration, once it exists: Helm or a GitOps tool may create
+    it after the operator starts. Until then nobody calls the webhook, so waiting is harmless, and
+    exiting would only crash-loop the operator."""
+    for attempt in itertools.count():
+        try:
+            return api.read_validating_webhook_configuration(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+        if attempt % 30 == 0:  # once a minute
+            log.warning("ValidatingWebhookConfiguration %s does not exist yet: waiting to write its caBundle", name)
+        sleep(CONFIGURATION_POLL_SECONDS)
+    raise AssertionError("unreachable")
+
+
 def _lifetime(settings: Settings) -> tuple[datetime.timedelta, datetime.timedelta]:
     try:
         duration = certificates.parse_duration(settings.webhook_cert_duration, "TENSORKILN_WEBHOOK_CERT_DURATION")
@@ -285,7 +306,7 @@ def _secret_server(settings: Settings) -> _Server:
     def inject_ca(ca: bytes) -> None:
         api = _admission_api()
         name = settings.webhook_configuration
-        config = api.read_validating_webhook_configuration(name)
+        config = wait_for_configuration(api, name)
         encoded = base64.b64encode(ca).decode()
         patch = {"webhooks": [{"name": w.name, "clientConfig": {"caBundle": encoded}} for w in config.webhooks]}
         api.patch_validating_webhook_configuration(name, patch)
