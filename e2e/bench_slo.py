@@ -2,7 +2,9 @@
 step load (low, x4, low), on the local cluster's real node local-0, in one run.
 
 For each workload (tensorkiln.localcluster.slo_workloads: the SIMULATED fixed-service-time
-engine standing in for a GPU-bound one, and/or the real PP-OCR detector compiled on local-0):
+engine standing in for a GPU-bound one, and/or the real PP-OCR detector compiled on local-0, whose
+load is sized from one replica's capacity measured in the first policy's run, as the test does,
+and reused for the second so both get the same arrivals):
 
 - `slo`: the InferenceModel with `slo.mode: Operator`; the operator reads Triton's metrics from
   the local Prometheus and sets replicas through the Deployment's scale subresource.
@@ -43,7 +45,7 @@ from pathlib import Path
 from kubernetes import client
 from tensorkiln import kube, operator_runner
 from tensorkiln.localcluster import paths, prometheus
-from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, deploy, triton_latency
+from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 from tensorkiln.localnode.runtime import container_cpu_seconds
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.utilisation import UtilisationPolicy
@@ -124,14 +126,15 @@ def start_operator(namespace: str, registry_uri: str, work_dir: Path) -> subproc
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir: Path, seed: int):
+def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir: Path, seed: int, measured=None):
     namespace = f"bench-slo-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     operator = start_operator(namespace, registry_uri, work_dir)
     try:
         mode = "Operator" if policy == "slo" else "HPA"
-        deployment = deploy(api, registry_uri, namespace, workload, work_dir, ready_within=900, mode=mode)
+        prepared = prepare(api, registry_uri, namespace, workload, work_dir, 900, mode, measured)
+        deployment, phases = prepared.deployment, prepared.phases
         slo = workload.slo
         apps = client.AppsV1Api(api)
         if policy != "slo":  # start where the SLO policy starts: at the minimum
@@ -140,7 +143,6 @@ def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir
             )
             wait(lambda: apps.read_namespaced_deployment(deployment, namespace).status.ready_replicas
                  == slo["minReplicas"], 300, "minimum replicas ready")  # fmt: skip
-        phases = list(workload.phases)
         server = triton_latency(api, namespace, deployment, workload)
         run = lambda: run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, seed, server)  # noqa: E731
         if policy == "slo":
@@ -160,8 +162,9 @@ def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir
         target, percentile = slo["targetMilliseconds"], slo["percentile"]
         reports, series = report(phases, requests, points, target, percentile)
         server_reports, server_series = report(phases, requests, points, target, percentile, source="server")
-        return {"requests": requests, "points": points, "reports": reports, "series": series,
-                "server_reports": server_reports, "server_series": server_series}  # fmt: skip
+        return {"requests": requests, "points": points, "reports": reports, "series": series, "phases": phases,
+                "server_reports": server_reports, "server_series": server_series,
+                "capacity": prepared.capacity}  # fmt: skip
     finally:
         operator.terminate()
         operator.wait()
@@ -208,7 +211,7 @@ def plot(results: dict, path: Path) -> None:
         bottom.set_ylabel("replicas")
         bottom.set_xlabel("seconds since the load started")
         start = 0.0
-        for phase in workload.phases:
+        for phase in next(iter(by_policy.values()))["phases"]:
             for axis in (top, bottom):
                 axis.axvspan(start, start + phase.seconds, alpha=0.06 if phase.name == "high" else 0.0, color="k")
             start += phase.seconds
@@ -241,8 +244,14 @@ def write_report(results: dict, started: datetime, load_before, load_after) -> s
         "",
     ]
     for name, (workload, by_policy) in results.items():
-        slo = workload.slo
-        phases = ", ".join(f"{p.name} {p.rate:g} req/s for {p.seconds:g} s" for p in workload.phases)
+        slo, first = workload.slo, next(iter(by_policy.values()))
+        phases = ", ".join(f"{p.name} {p.rate:.1f} req/s for {p.seconds:g} s" for p in first["phases"])
+        measured = (
+            f"Capacity, measured in this run before the first policy's load: {first['capacity'].describe()}. "
+            f"The phases are {', '.join(f'{p.rate:g}x' for p in workload.phases)} of it. "
+            if first["capacity"]
+            else ""
+        )
         lines += [
             f"## {name}" + (" (SIMULATION)" if workload.simulated_service_ms else ""),
             "",
@@ -253,7 +262,8 @@ def write_report(results: dict, started: datetime, load_before, load_after) -> s
                 else "PP-OCR's text detector at 480x480 compiled on local-0 (OpenVINO FP32), one instance, one thread. "
             )
             + f"SLO {slo['percentile']} < {slo['targetMilliseconds']:g} ms, replicas {slo['minReplicas']}-"
-            f"{slo['maxReplicas']}, scale-down window {slo['scaleDownStabilizationSeconds']} s. Load: {phases}.",
+            f"{slo['maxReplicas']}, scale-down window {slo['scaleDownStabilizationSeconds']} s. {measured}"
+            f"Load: {phases}.",
             "",
             "| policy | restore after step (s), clients | violation s, clients | restore (s), Triton | violation s, Triton"
             " | replica-seconds | most replicas | requests | failed |",
@@ -304,9 +314,12 @@ def main() -> None:
         results = {}
         for name in args.workloads:
             workload, by_policy = WORKLOADS[name], {}
+            measured = None  # the first policy's run measures the capacity; the second reuses it
             for policy in ("slo", "cpu-utilisation"):
                 print(f"{name}: {policy} ...", flush=True)
-                by_policy[policy] = run_policy(api, workload, policy, f"file://{work}/registry", Path(work), args.seed)
+                registry = f"file://{work}/registry"
+                by_policy[policy] = run_policy(api, workload, policy, registry, Path(work), args.seed, measured)
+                measured = by_policy[policy]["capacity"]
                 print(f"  {_figures(by_policy[policy])}", flush=True)
             results[name] = (workload, by_policy)
     RESULTS.mkdir(exist_ok=True)

@@ -8,7 +8,7 @@ import yaml
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
-from tensorkiln.builders.serving import ENGINE_DIGEST
+from tensorkiln.builders.serving import ENGINE_DIGEST, target_name
 from tensorkiln.hardware.classes import GPU_PRODUCT, discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.localcluster.engine_seeds import publish_test_seed
@@ -43,15 +43,15 @@ def test_each_gpu_product_gets_triton_on_its_own_nodes(api, operator, namespace,
     assert client.BatchV1Api(api).list_namespaced_job(namespace).items == []  # cache hits: nothing compiled
 
     for target in targets:
-        deployment = apps.read_namespaced_deployment(f"resnet50-{target.name}", namespace)
+        deployment = apps.read_namespaced_deployment(target_name("resnet50", target), namespace)
         assert deployment.spec.template.metadata.annotations[ENGINE_DIGEST] == seeded[target.name]
         assert deployment.spec.strategy.rolling_update.max_unavailable == 0
         pods = core.list_namespaced_pod(namespace, label_selector=f"tensorkiln.dev/hardware-class={target.name}").items
         assert len(pods) == 2
         for pod in pods:
             assert core.read_node(pod.spec.node_name).metadata.labels[GPU_PRODUCT] == target.product
-        assert client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(f"resnet50-{target.name}", namespace)
-        assert core.read_namespaced_service(f"resnet50-{target.name}", namespace)
+        assert client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(target_name("resnet50", target), namespace)
+        assert core.read_namespaced_service(target_name("resnet50", target), namespace)
     assert core.read_namespaced_service("resnet50", namespace).spec.selector["tensorkiln.dev/model"] == "resnet50"
     assert not core.list_namespaced_pod(namespace, label_selector=COMPILE_JOB).items
 
@@ -65,7 +65,7 @@ def test_manual_edits_to_owned_deployments_are_put_back(api, operator, namespace
     (target,) = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
     publish_test_seed(operator.registry_uri, model, target, tmp_path)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
-    name = f"resnet50-{target.name}"
+    name = target_name("resnet50", target)
     wait_for(lambda: _exists(apps, name, namespace), what="the Deployment")
     apps.patch_namespaced_deployment(
         name, namespace, {"spec": {"template": {"spec": {"containers": [{"name": "triton", "image": "evil:latest"}]}}}}

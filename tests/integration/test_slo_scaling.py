@@ -3,11 +3,12 @@ the Deployment through its scale subresource, under an open-loop step load (low,
 
 The workloads (tensorkiln.localcluster.slo_workloads): a SIMULATION of a GPU-bound engine (fixed
 service time, computes nothing) that scales out to 6+ replicas, and PP-OCR's real text detector,
-compiled on local-0, that needs two replicas at the high load where one misses the SLO.
+compiled on local-0, whose load is sized in the same run from what one replica was measured to
+sustain (serving.capacity), so that one replica must miss the step on a quiet machine or a busy one.
 """
 
 import pytest
-from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, deploy, triton_latency
+from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.serving.loadgen import run_step_load
 
@@ -17,13 +18,17 @@ pytestmark = [pytest.mark.cluster, pytest.mark.serving]
 
 
 def step_load(api, operator, namespace, workload: Workload, tmp_path, ready_within: float, source: str):
-    deployment = deploy(api, operator.registry_uri, namespace, workload, tmp_path, ready_within)
-    phases, server = list(workload.phases), triton_latency(api, namespace, deployment, workload)
+    prepared = prepare(api, operator.registry_uri, namespace, workload, tmp_path, ready_within)
+    if prepared.capacity is not None:
+        print(prepared.capacity.describe())
+    print("load:", ", ".join(f"{p.name} {p.rate:.1f} req/s for {p.seconds:g} s" for p in prepared.phases))
+    deployment, phases = prepared.deployment, prepared.phases
+    server = triton_latency(api, namespace, deployment, workload)
     requests, points = run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, 0, server)
     slo = workload.slo
     reports, _ = report(phases, requests, points, slo["targetMilliseconds"], slo["percentile"], source=source)
     events = [f"{e.reason}: {e.message}" for e in scale_events(api, namespace, workload.name)]
-    return reports, events
+    return reports, events, points
 
 
 def assert_scaled_to_the_slo(reports, events, most_replicas: int, restore_within: float):
@@ -41,20 +46,27 @@ def assert_scaled_to_the_slo(reports, events, most_replicas: int, restore_within
 
 
 def test_simulated_gpu_engine_scales_out_to_the_step_and_back(api, operator, namespace, tmp_path):
-    reports, events = step_load(api, operator, namespace, SIMULATED, tmp_path, ready_within=180, source="client")
+    reports, events, _ = step_load(api, operator, namespace, SIMULATED, tmp_path, ready_within=180, source="client")
     assert_scaled_to_the_slo(reports, events, most_replicas=5, restore_within=90)
 
 
+@pytest.mark.timeout(1500)  # compile, capacity ramp, Triton's window draining, then the 345 s step load
 def test_real_detector_scales_from_one_to_two_replicas_and_back(api, operator, namespace, tmp_path):
     # Judged on the latency Triton reports, the SLO's definition: each request carries a 2.7 MB
     # image, and the clients' own time on the 2 shared CPUs is not the server's to meet.
-    reports, events = step_load(api, operator, namespace, DETECTOR, tmp_path, ready_within=900, source="server")
+    reports, events, points = step_load(api, operator, namespace, DETECTOR, tmp_path, ready_within=900, source="server")
     low, high, back = reports
     context = f"{[(r.name, r.replicas, r.violation_s, r.restore_s) for r in reports]}; events {events}"
+    # The load is 0.5x and 1.6x of what one replica was measured to sustain, so these hold
+    # whatever else runs on the machine:
     assert low.replicas == [1], context  # the low load fits in one replica
-    assert high.replicas == [1, 2], context  # the step is met by the second replica, once
+    assert high.violation_s > 0 and high.replicas == [1, 2], context  # one misses the step: the second is added, once
+    assert any(e.startswith("ScaledUp") for e in events), context
     assert all(r.direction_changes == 0 for r in reports), context  # no flapping
-    # Whether two replicas restore the SLO, and so whether the scale-down projection lets the
-    # second go within the low phase, depends on how much of the 2 vCPUs the clients and the rest
-    # of the cluster leave (e2e/results/slo.md); the simulated workload asserts both.
-    print(context)
+    # Whether two replicas restore the SLO at 0.8x each of one replica's capacity depends on what
+    # the clients and the rest of the cluster leave of local-0's 2 shared CPUs; the simulated
+    # workload asserts the restoration. Say which it was, from Triton's own latency:
+    two = [p.server_ms for p in points if high.start_s + 60 <= p.at < high.end_s and p.ready == 2]
+    restored = "restored" if high.restore_s is not None else "did not restore"
+    worst = f"{max(v for v in two if v is not None):.0f} ms" if any(v is not None for v in two) else "no reading"
+    print(f"two replicas {restored} the SLO at the step (worst Triton p95 with both ready: {worst}); {context}")

@@ -466,3 +466,25 @@ def test_other_errors_reading_the_configuration_are_raised():
 
     with pytest.raises(client.ApiException):
         webhook.wait_for_configuration(Api(), "tk", sleep=lambda s: pytest.fail("must not wait"))
+
+
+def test_judge_refuses_a_name_no_derived_object_can_carry_before_asking_the_cluster():
+    review, calls = reviewing([])
+    errors, _ = webhook.judge(model(name="resnet.v2"), None, "CREATE", review, [])
+    assert errors and errors[0].startswith("metadata.name: must be a DNS-1035 label") and calls == []
+
+
+def test_judge_never_answers_with_a_raw_exception():
+    def _with_body(body):
+        error = client.ApiException(status=400, reason="Bad Request")
+        error.body = body
+        return error
+
+    def failing(model_, spec):
+        raise _with_body('{"kind":"Status","message":"unable to parse requirement: values[0]: Invalid value"}')
+
+    errors, warnings = webhook.judge(model(), None, "CREATE", failing, [])
+    assert errors == []  # admitted: the operator checks again before compiling
+    (warning,) = warnings
+    assert "400 Bad Request: unable to parse requirement" in warning and "HTTPHeaderDict" not in warning
+    assert "SpecValid" in warning

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import yaml
+from tensorkiln.api.names import MODEL_NAME_MAX
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.inferencemodel import normalised_spec
@@ -48,11 +49,11 @@ def test_cpu_job_golden(golden):
 
 
 def test_names_are_deterministic_and_bounded():
-    assert compile_job_name("resnet50", "nvidia-l4") == "resnet50-nvidia-l4"
-    long = compile_job_name("a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3")
-    assert len(long) <= 54 and long == compile_job_name(
-        "a-very-long-model-name-that-goes-on-and-on", "nvidia-h100-80gb-hbm3"
-    )
+    assert compile_job_name("resnet50", "nvidia-l4") == "resnet50--nvidia-l4"
+    longest = "m" * MODEL_NAME_MAX
+    long = compile_job_name(longest, "nvidia-h100-80gb-hbm3")
+    assert len(long) <= 54 and long == compile_job_name(longest, "nvidia-h100-80gb-hbm3")
+    assert long.startswith(f"{longest}--")  # the model's name is never cut
     assert len(job_name(compile_job_for("nvidia-h100-80gb-hbm3"))) <= 63
 
 

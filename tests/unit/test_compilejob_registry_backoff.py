@@ -8,6 +8,7 @@ as empty: a cache miss and a new compile), and the only retry was every resync, 
 from types import SimpleNamespace
 
 from tensorkiln.controllers import compilejob
+from tensorkiln.controllers.backoff import Backoff
 from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.settings import Settings
 
@@ -15,7 +16,7 @@ KEY_DIGEST = "ab" * 32
 
 
 def test_backoff_doubles_to_its_cap_and_a_success_resets_it():
-    backoff = compilejob.RegistryBackoff(first=5, cap=20)
+    backoff = Backoff(first=5, cap=20)
     assert backoff.wait_left("cj", 100.0) == 0
     assert [backoff.failed("cj", 100.0) for _ in range(4)] == [(1, 5), (2, 10), (3, 20), (4, 20)]
     assert backoff.wait_left("cj", 110.0) == 10
@@ -70,7 +71,7 @@ def test_an_unreachable_registry_is_a_condition_and_no_job_then_retried_with_bac
     registry = FilesystemRegistry(tmp_path / "registry")
     registry.prepare()
     registry.root.rmdir()  # gone
-    state, backoff = FakeState(), compilejob.RegistryBackoff(first=5, cap=80)
+    state, backoff = FakeState(), Backoff(first=5, cap=80)
     clock = [1000.0]
     monkeypatch.setattr(compilejob, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     body = compile_job(registry.uri)

@@ -117,6 +117,8 @@ def test_cel_rules_name_an_existing_field():
     for label, _, _, node in all_nodes():
         for rule in node.get("x-kubernetes-validations", []):
             rules += 1
+            if rule.get("optionalOldSelf"):  # the root's rules on metadata.name: checked at creation only
+                assert rule["rule"].startswith("oldSelf.hasValue() || "), f"{label}: {rule}"
             assert resolve(node, rule["fieldPath"]), f"{label}: {rule}"
             assert rule["message"].startswith(rule["fieldPath"].lstrip(".")), f"{label}: {rule}"
     assert rules >= 8

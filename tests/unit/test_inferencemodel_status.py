@@ -98,3 +98,14 @@ def test_a_blocked_rollout_names_the_problem_while_old_pods_serve():
     assert deployed["reason"] == "RolloutBlocked"
     assert "model.plan" in deployed["message"] and "previous pods keep serving" in deployed["message"]
     assert conds(status)["Ready"] == ("True", "Serving")
+
+
+def test_a_name_held_by_another_owner_is_a_name_conflict_naming_object_and_owner():
+    held = "Service ns/m--l4 is controlled by InferenceModel other (uid u2); it is never overwritten"
+    status = inference_model_status(
+        MODEL, [target("l4")], {}, {}, {}, [], lambda d: f"file:///r/{d}", NOW, conflicts={"l4": held}
+    )
+    assert conds(status)["Ready"] == ("False", "NameConflict")
+    assert conds(status)["Deployed"] == ("False", "NameConflict")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == f"l4: {held}" and status["phase"] == "Failed"

@@ -87,3 +87,39 @@ def test_the_probe_fails_once_the_resync_loop_is_gone():
 
     with pytest.raises(kopf.PermanentError):
         asyncio.run(probe_with(crashed))
+
+
+MODEL_BODY = {
+    "apiVersion": "tensorkiln.dev/v1alpha1",
+    "kind": "InferenceModel",
+    "metadata": {"name": "failing", "namespace": "ns-f", "uid": "u1", "generation": 1},
+    "spec": {},
+    "status": {"phase": "Compiling", "conditions": []},
+}
+
+
+def test_a_failing_model_reconcile_goes_to_status_once_then_backs_off(monkeypatch, caplog):
+    written, posted, calls = [], [], []
+    state = type("State", (), {"core": None, "apply_status": lambda self, obj, status: written.append(status)})()
+    monkeypatch.setattr(handlers, "state", lambda: state)
+    monkeypatch.setattr(handlers, "registry", lambda: None)
+    monkeypatch.setattr(handlers, "scaler", lambda: None)
+    monkeypatch.setattr(handlers.events, "post", lambda *args: posted.append(args))
+    monkeypatch.setattr(handlers, "FAILURES", handlers.failures.FailureTracker(first=60, cap=60))
+
+    def reconcile(*_):
+        calls.append(1)
+        raise RuntimeError("the API said no")
+
+    monkeypatch.setattr(handlers.inferencemodel, "reconcile", reconcile)
+    errors = value("tensorkiln_reconcile_errors_total", kind="InferenceModel")
+
+    handlers._inference_model(MODEL_BODY)  # no exception escapes: kopf and the resync never see one
+    handlers._inference_model(MODEL_BODY)  # within the backoff: not tried again
+    handlers._inference_model(MODEL_BODY, forced=True)  # a spec change tries at once
+
+    assert len(calls) == 2 and value("tensorkiln_reconcile_errors_total", kind="InferenceModel") == errors + 2
+    (ready,) = written[0]["conditions"]
+    assert (ready["reason"], ready["message"]) == ("ReconcileError", "RuntimeError: the API said no")
+    assert [p[2:4] for p in posted] == [("Warning", "ReconcileError")]  # one Event for one message
+    assert sum("Traceback" in r.exc_text for r in caplog.records if r.exc_text) <= 1

@@ -47,6 +47,8 @@ from tensorkiln import kube
 from tensorkiln.admission import certificates, checks
 from tensorkiln.admission import cluster as admission_cluster
 from tensorkiln.api import GROUP, VERSION, InferenceModelSpec, field_errors
+from tensorkiln.api.names import model_name_problems
+from tensorkiln.apierrors import describe
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.settings import Settings
 
@@ -75,11 +77,20 @@ def judge(model: dict, old: dict | None, operation: str, review, namespaces: lis
         return [], []
     if operation == "UPDATE" and old is not None and old.get("spec") == model.get("spec"):
         return [], []
+    if operation == "CREATE" and (problems := model_name_problems(meta.get("name") or "")):
+        return problems, []  # as the CRD's rules say; nothing else about the cluster can be asked by that name
     try:
         spec = InferenceModelSpec.model_validate(model.get("spec") or {})
     except ValidationError as error:
         return field_errors(error), []
-    findings = review(model, spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    try:
+        findings = review(model, spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    except Exception as error:  # never a raw exception to the user: admit, and say what was not checked
+        log.warning("admission review of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), describe(error))
+        return [], [
+            f"TensorKiln could not check this model against the cluster ({describe(error)}); the operator checks "
+            "it again before compiling and reports the result in the SpecValid condition"
+        ]
     return [f.message for f in findings if f.is_error], [f.message for f in findings if not f.is_error]
 
 

@@ -680,6 +680,8 @@ class CustomResource:
     status: type[KubeModel]
     printer_columns: tuple[PrinterColumn, ...]
     categories: tuple[str, ...] = ("tensorkiln",)
+    # (CEL expression, message) on the object's root, checked at creation (metadata.name rules)
+    create_rules: tuple[tuple[str, str], ...] = ()
 
     @property
     def singular(self) -> str:

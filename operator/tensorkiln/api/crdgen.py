@@ -127,13 +127,33 @@ def build_crd(resource: CustomResource) -> dict[str, Any]:
                 "type": "string",
             },
             "kind": {"description": "REST resource this object represents.", "type": "string"},
-            # The apiserver owns metadata's schema and rejects anything beyond the type here.
+            # The apiserver owns metadata's schema: beyond the type, only name and generateName may be given.
             "metadata": {"type": "object"},
             "spec": openapi_schema(resource.spec),
             "status": openapi_schema(resource.status),
         },
         "required": ["spec"],
     }
+    if resource.create_rules:
+        # metadata may declare name (only name and generateName), so the rules' fieldPath can point at it.
+        root["properties"]["metadata"]["properties"] = {
+            "name": {
+                "description": "The object's name, checked when it is created: "
+                + "; ".join(message.removeprefix("metadata.name: ") for _, message in resource.create_rules),
+                "type": "string",
+            }
+        }
+        # `oldSelf.hasValue()` (optionalOldSelf): checked when the object is created, never again,
+        # so an object admitted before a rule existed can still be updated and deleted.
+        root["x-kubernetes-validations"] = [
+            {
+                "rule": f"oldSelf.hasValue() || {rule}",
+                "message": message,
+                "fieldPath": ".metadata.name",
+                "optionalOldSelf": True,
+            }
+            for rule, message in resource.create_rules
+        ]
     columns = [
         {
             "name": c.name,

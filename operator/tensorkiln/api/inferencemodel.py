@@ -34,6 +34,7 @@ from .common import (
     Toleration,
     list_map,
 )
+from .names import MODEL_NAME_MAX, MODEL_NAME_RULES
 
 INT32_MAX = 2**31 - 1  # replicas and counts in Deployments and HorizontalPodAutoscalers are int32
 UINT32_MAX = 2**32 - 1
@@ -525,15 +526,18 @@ INFERENCE_MODEL = CustomResource(
     short_names=("im",),
     description=(
         "InferenceModel is an ONNX model that TensorKiln compiles into an engine per hardware "
-        "class (GPU product or CPU pool) and serves with Triton, scaled to a latency SLO."
+        "class (GPU product or CPU pool) and serves with Triton, scaled to a latency SLO. Its name is a "
+        f"DNS-1035 label of at most {MODEL_NAME_MAX} characters without '--': it names the model's Service, "
+        "and <name>--<hardware class> names its CompileJobs, Deployments, Services, ConfigMaps, PDBs and HPAs."
     ),
     spec=InferenceModelSpec,
     status=InferenceModelStatus,
+    create_rules=tuple((cel, message) for cel, _, message in MODEL_NAME_RULES),
     printer_columns=(
         PrinterColumn("Phase", "string", ".status.phase", "Lifecycle phase."),
         PrinterColumn("Targets", "string", ".status.targetSummary", "Hardware classes compiled."),
         PrinterColumn("Ready", "string", f"{_READY}.status", "Ready condition status."),
-        PrinterColumn("Reason", "string", f"{_READY}.reason", "Ready condition reason.", priority=1),
+        PrinterColumn("Reason", "string", f"{_READY}.reason", "Why the model is or is not Ready."),
         PrinterColumn("Latency", "string", ".status.sloSummary", "Observed latency against the SLO target."),
         AGE_COLUMN,
     ),

@@ -2,12 +2,9 @@
 
 from tensorkiln.api import API_VERSION
 from tensorkiln.builders import labels
-from tensorkiln.builders.naming import bounded_name, digest
+from tensorkiln.builders.naming import bounded_name, digest, target_name
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.settings import Settings
-
-# Job name = CompileJob name + "-" + 8-char options hash, and must fit a 63-char label value.
-MAX_NAME = 54
 
 DEFAULT_RESOURCES = {
     "GPU": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}},
@@ -17,7 +14,8 @@ DEFAULT_RESOURCES = {
 
 
 def compile_job_name(model_name: str, hardware_class: str) -> str:
-    return bounded_name(model_name, hardware_class, max_length=MAX_NAME)
+    """builders.naming's per-hardware name; its Job adds "-" and 8 hex and stays a label value."""
+    return target_name(model_name, hardware_class)
 
 
 def compilers_for(spec: dict, kind: str) -> list[str]:

@@ -1,7 +1,9 @@
-"""Deterministic, length-bounded object names."""
+"""Deterministic, length-bounded object names; the scheme is tensorkiln.api.names'."""
 
 import hashlib
 import json
+
+from tensorkiln.api.names import HASH_SUFFIX, SEPARATOR, TARGET_NAME_MAX
 
 
 def digest(value, length: int = 10) -> str:
@@ -12,8 +14,16 @@ def digest(value, length: int = 10) -> str:
 
 def bounded_name(*parts: str, max_length: int) -> str:
     """parts joined by '-'; if too long, truncated with a hash of the full name appended."""
-    name = "-".join(parts)
+    return _bounded("-".join(parts), max_length)
+
+
+def _bounded(name: str, max_length: int) -> str:
     if len(name) <= max_length:
         return name
-    suffix = digest(name, 6)
+    suffix = digest(name, HASH_SUFFIX - 1)
     return f"{name[: max_length - len(suffix) - 1].rstrip('-')}-{suffix}"
+
+
+def target_name(model_name: str, hardware_class: str) -> str:
+    """The name of every per-hardware object of a model: `<model>--<class>`, bounded."""
+    return _bounded(f"{model_name}{SEPARATOR}{hardware_class}", TARGET_NAME_MAX)

@@ -2,7 +2,7 @@
 
 import hashlib
 
-from tensorkiln.builders import labels, storage
+from tensorkiln.builders import labels, naming, storage
 from tensorkiln.builders.job import RESTRICTED_CONTAINER
 from tensorkiln.builders.naming import bounded_name
 from tensorkiln.builders.tritonconfig import config_dict, render
@@ -35,8 +35,8 @@ def triton_resources(requested: dict | None, target: HardwareClass) -> dict:
 
 
 def target_name(model_name: str, target: HardwareClass) -> str:
-    """Deployment, per-target Service and ConfigMap name; a label value, so 63 at most."""
-    return bounded_name(model_name, target.name, max_length=63)
+    """Deployment, per-target Service, ConfigMap, PDB and HPA name (builders.naming's scheme)."""
+    return naming.target_name(model_name, target.name)
 
 
 def selector(model: dict, target: HardwareClass | None = None) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 import json
 import logging
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -10,6 +9,7 @@ from kubernetes import client
 
 from tensorkiln.admission.checks import refused_compile_job_status
 from tensorkiln.builders.job import build_job, job_name
+from tensorkiln.controllers.backoff import Backoff
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import CacheKey, EngineNotFound, Registry, RegistryError, RegistryUnavailable
@@ -22,35 +22,8 @@ log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
 
 
-class RegistryBackoff:
-    """How long a CompileJob waits before asking an unreachable registry again: `first` seconds,
-    doubling up to `cap`; a reconcile that reaches the registry resets it. In memory: a restarted
-    operator asks at once. Thread-safe (handlers and the resync loop reconcile concurrently)."""
-
-    def __init__(self, first: float = 5.0, cap: float = 80.0):
-        self.first, self.cap = first, cap
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[int, float]] = {}  # key -> (failures so far, monotonic time of the next try)
-
-    def wait_left(self, key: str, now: float) -> float:
-        with self._lock:
-            entry = self._entries.get(key)
-        return max(entry[1] - now, 0.0) if entry else 0.0
-
-    def failed(self, key: str, now: float) -> tuple[int, float]:
-        """Record a failure; returns (consecutive failures, seconds until the next try)."""
-        with self._lock:
-            failures = self._entries.get(key, (0, now))[0] + 1
-            delay = min(self.first * 2 ** (failures - 1), self.cap)
-            self._entries[key] = (failures, now + delay)
-        return failures, delay
-
-    def succeeded(self, key: str) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-
-
-REGISTRY_BACKOFF = RegistryBackoff()
+# How long a CompileJob waits before asking an unreachable registry again.
+REGISTRY_BACKOFF = Backoff(first=5.0, cap=80.0)
 
 
 def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
@@ -116,7 +89,7 @@ def reconcile(
     compile_job: dict,
     registry: Registry,
     settings: Settings,
-    backoff: RegistryBackoff = REGISTRY_BACKOFF,
+    backoff: Backoff = REGISTRY_BACKOFF,
 ) -> tuple[dict, dict]:
     """Converge one CompileJob; returns (old status, new status) for the caller's Events."""
     meta = compile_job["metadata"]

@@ -12,16 +12,17 @@ import functools
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 
 import kopf
 import urllib3
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
-from tensorkiln import kube, peering
+from tensorkiln import apierrors, kube, peering
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
-from tensorkiln.controllers import compilejob, events, inferencemodel
+from tensorkiln.controllers import compilejob, events, failures, inferencemodel
 from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import logs
@@ -223,29 +224,74 @@ def _observed(kind: str):
 
     def decorate(reconcile_one):
         @functools.wraps(reconcile_one)
-        def run(body) -> None:
+        def run(body, *args) -> None:
             with logs.about(body), own_metrics.reconciling(kind):
-                reconcile_one(body)
+                reconcile_one(body, *args)
 
         return run
 
     return decorate
 
 
+FAILURES = failures.FailureTracker()
+
+
+def _key(obj: dict) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def _inference_model(body, forced: bool = False) -> None:
+    """Reconcile one model; a failure goes to its status (controllers.failures), never up. The resync
+    leaves a failing model alone until its backoff ends; `forced` (its spec changed) tries now."""
+    try:
+        _reconcile_inference_model(body, forced)
+    except _Reported:
+        pass  # in status, the log and an Event; the resync retries it after its backoff
+
+
 @_observed("InferenceModel")
-def _inference_model(body) -> None:
-    model = _plain(body)
+def _reconcile_inference_model(body, forced: bool) -> None:
+    model, key = _plain(body), _key(body)
+    if not forced and FAILURES.wait_left(key, time.monotonic()) > 0:
+        return
     # One reconcile of a model at a time: a handler thread and the resync thread must not both act.
     with _lock_of(model):
-        new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
+        try:
+            new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
+        except Exception as error:
+            _reconcile_failed(model, key, error)
+            raise _Reported() from error
+    FAILURES.succeeded(key)
     own_metrics.record_targets(model, new)
+
+
+class _Reported(Exception):
+    """A failure already in status, the log and an Event: counted as a reconcile error, not retried by kopf."""
+
+
+def _reconcile_failed(model: dict, key: str, error: Exception) -> None:
+    recorded = FAILURES.failed(key, error, time.monotonic())
+    message = apierrors.describe(error)
+    line = "reconcile of InferenceModel %s failed (attempt %d; next try in %.0f s): %s"
+    if recorded.traceback:  # the first failure of its kind in this process
+        log.error(line, key, recorded.attempts, recorded.retry_in, message, exc_info=error)
+    else:
+        log.warning(line, key, recorded.attempts, recorded.retry_in, message)
+    try:
+        status = failures.failed_status(model, message, datetime.now(UTC))
+        if status != model.get("status"):
+            state().apply_status(model, status)
+        if recorded.new_message:
+            events.post(state().core, model, "Warning", failures.REASON, message)
+    except Exception as unreported:  # e.g. its namespace is terminating: the log line is all there is
+        log.warning("status of InferenceModel %s not written: %s", key, apierrors.describe(unreported))
 
 
 @kopf.on.resume(*IM)
 @kopf.on.create(*IM)
 @kopf.on.update(*IM, field="spec")
 def inference_model_changed(body, **_) -> None:
-    _inference_model(body)
+    _inference_model(body, forced=True)
 
 
 @_observed("CompileJob")

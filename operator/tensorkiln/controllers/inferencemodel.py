@@ -2,20 +2,22 @@
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from google.protobuf.json_format import ParseError
 from kubernetes import client
 from pydantic import ValidationError
 
+from tensorkiln import apierrors
 from tensorkiln.admission import checks as admission_checks
 from tensorkiln.admission import cluster as admission
-from tensorkiln.api import InferenceModelSpec, field_errors
+from tensorkiln.api import API_VERSION, InferenceModelSpec, field_errors
+from tensorkiln.api.names import model_name_problems
 from tensorkiln.builders import serving
-from tensorkiln.builders.compilejob import build_compile_job
+from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
-from tensorkiln.controllers import events
-from tensorkiln.controllers.diff import contains
+from tensorkiln.controllers import events, owned
 from tensorkiln.controllers.scaler import Outcome, Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
@@ -25,7 +27,7 @@ from tensorkiln.registry import Registry, RegistryError
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import inference_model_status
-from tensorkiln.status.serving import desired_engine, desired_replicas, observe, with_problem
+from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +37,10 @@ def normalised_spec(model: dict) -> dict:
     return InferenceModelSpec.model_validate(model["spec"]).model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> dict:
+def invalid_spec_status(model: dict, reason: str, problems: str, now: datetime) -> dict:
     """Admission should have stopped this; if it did not (e.g. an older CRD), say so and stop."""
     generation = model["metadata"].get("generation", 1)
-    problems = "; ".join(field_errors(error))
-    desired = [condition(t, False, "InvalidSpec", problems) for t in ("Ready", "Compiled", "Deployed", "SpecValid")]
+    desired = [condition(t, False, reason, problems) for t in ("Ready", "Compiled", "Deployed", "SpecValid")]
     return {
         "observedGeneration": generation,
         "phase": "Failed",
@@ -47,12 +48,28 @@ def invalid_spec_status(model: dict, error: ValidationError, now: datetime) -> d
     }
 
 
-def _apply_if_changed(state: ClusterState, desired: dict, observed: dict | None) -> dict:
-    """Server-side apply unless every desired field already holds: manual edits are put back."""
-    if observed is not None and contains(observed, desired):
+def _apply_if_changed(state: ClusterState, model: dict, desired: dict, observed: dict | None) -> dict:
+    """Server-side apply when a desired field changed, was dropped, or was edited by hand; never
+    over an object another owner controls (owned.NameConflict)."""
+    owned.check_owner(observed, desired, model["metadata"]["uid"])
+    desired = owned.with_hash(desired)
+    if not owned.needs_apply(observed, desired):
         return observed
-    log.info("applying %s %s/%s", desired["kind"], desired["metadata"]["namespace"], desired["metadata"]["name"])
-    return state.apply(desired)
+    meta = desired["metadata"]
+    log.info("applying %s %s/%s", desired["kind"], meta["namespace"], meta["name"])
+    try:
+        return state.apply(desired)
+    except Exception as error:
+        raise apierrors.about(error, desired["kind"], meta["namespace"], meta["name"]) from None
+
+
+def _delete_if_ours(state: ClusterState, model: dict, api_version: str, kind: str, name: str) -> None:
+    """An owned object that is no longer desired (an HPA after a mode change, a PDB below two
+    replicas): deleted if it exists and this model controls it."""
+    namespace = model["metadata"]["namespace"]
+    if owned.ours_to_delete(state.get(api_version, kind, namespace, name), model["metadata"]["uid"]):
+        log.info("deleting %s %s/%s: no longer desired", kind, namespace, name)
+        state.delete(api_version, kind, namespace, name)
 
 
 def _roll_out(
@@ -69,7 +86,7 @@ def _roll_out(
     namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
     manifest = state.manifest(registry, engine)
     config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
-    _apply_if_changed(state, config_map, state.get("v1", "ConfigMap", namespace, name))
+    _apply_if_changed(state, model, config_map, state.get("v1", "ConfigMap", namespace, name))
     hpa = serving.build_hpa(model, spec, target)
     # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
     # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
@@ -77,18 +94,21 @@ def _roll_out(
     deployment = serving.build_deployment(
         model, spec, target, engine, config_map, None if slo_mode else replicas, settings
     )
-    observed = _apply_if_changed(state, deployment, state.get("apps/v1", "Deployment", namespace, name))
+    observed = _apply_if_changed(state, model, deployment, state.get("apps/v1", "Deployment", namespace, name))
     if slo_mode == "Operator" and observed["spec"].get("replicas") != replicas:
         log.info("scaling Deployment %s/%s to %d replicas", namespace, name, replicas)
         observed = state.scale_deployment(namespace, name, replicas)
     if hpa is not None:
-        _apply_if_changed(state, hpa, state.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name))
-    _apply_if_changed(state, serving.build_target_service(model, target), state.get("v1", "Service", namespace, name))
+        _apply_if_changed(state, model, hpa, state.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name))
+    else:
+        _delete_if_ours(state, model, "autoscaling/v2", "HorizontalPodAutoscaler", name)
+    service = serving.build_target_service(model, target)
+    _apply_if_changed(state, model, service, state.get("v1", "Service", namespace, name))
     pdb = serving.build_pdb(model, target, replicas)
     if pdb is not None:
-        _apply_if_changed(state, pdb, state.get("policy/v1", "PodDisruptionBudget", namespace, name))
+        _apply_if_changed(state, model, pdb, state.get("policy/v1", "PodDisruptionBudget", namespace, name))
     else:
-        state.delete("policy/v1", "PodDisruptionBudget", namespace, name)
+        _delete_if_ours(state, model, "policy/v1", "PodDisruptionBudget", name)
     return observed
 
 
@@ -130,7 +150,10 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     try:
         spec = normalised_spec(model)
     except ValidationError as error:
-        return _write_status(state, model, invalid_spec_status(model, error, now))
+        problems = "; ".join(field_errors(error))
+        return _write_status(state, model, invalid_spec_status(model, "InvalidSpec", problems, now))
+    if problems := model_name_problems(meta["name"]):  # admitted before the CRD's name rules existed
+        return _write_status(state, model, invalid_spec_status(model, "InvalidName", "; ".join(problems), now))
 
     nodes = state.nodes()
     targets = [t for t in select_targets(spec["hardware"], discover(nodes), nodes)]
@@ -141,57 +164,101 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     # no CompileJob is created or changed, so e.g. a file:// outside the allowed roots is never mounted.
     findings = admission.review(state, registry, settings, model, spec, existing)
     blocked = any(f.is_error for f in findings)
-    compile_jobs, rollouts, engines, slo_outcomes, refused = {}, {}, {}, {}, {}
+    compile_jobs, rollouts, engines, slo_outcomes, refused, conflicts = {}, {}, {}, {}, {}, {}
     scaled = spec.get("slo") is not None and spec["slo"]["mode"] == "Operator"
     for target in targets:
         if not target.nodes:
             continue  # nothing could run it; the status says which pool matched no node
-        if blocked:
-            if target.name not in existing:
-                continue
-            compile_jobs[target.name] = existing[target.name]
-        else:
-            desired = build_compile_job(model, spec, target, settings)
-            compile_jobs[target.name] = _apply_if_changed(state, desired, existing.get(target.name))
-        deployment_name = serving.target_name(meta["name"], target)
-        rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
-        engine = desired_engine(compile_jobs[target.name], rollout)
-        replicas = desired_replicas(spec, rollout)
-        if scaled and rollout is not None and rollout.serving:
-            outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target))
-            slo_outcomes[target.name] = outcome
-            replicas = outcome.replicas
-        if engine is not None:
-            try:
-                rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings))
-            except RegistryError as error:
-                log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
-            except (ParseError, client.ApiException) as error:
-                why = refusal(error)
-                if why is None:
-                    raise
-                refused[target.name] = why  # no retry can help: the status says so until the spec changes
-                log.warning("serving objects of %s/%s on %s refused: %s", meta["namespace"], meta["name"],
-                            target.name, why)  # fmt: skip
-            else:
-                engines[target.name] = engine
-                if target.name in slo_outcomes:
-                    _report_scaling(state, model, target, slo_outcomes[target.name])
-        if rollout is not None and not rollout.updated:
-            rollout = with_problem(rollout, state.pods(meta["namespace"], serving.selector(model, target)))
-        if rollout is not None:
-            rollouts[target.name] = rollout
+        try:
+            done = _reconcile_target(
+                state, registry, model, spec, target, settings, scaler, blocked, existing.get(target.name), scaled
+            )
+        except owned.NameConflict as conflict:
+            conflicts[target.name] = str(conflict)
+            log.warning("%s/%s on %s: %s", meta["namespace"], meta["name"], target.name, conflict)
+            continue
+        for found, by_class in (
+            (done.compile_job, compile_jobs), (done.rollout, rollouts), (done.engine, engines),
+            (done.slo_outcome, slo_outcomes), (done.refused, refused),
+        ):  # fmt: skip
+            if found is not None:
+                by_class[target.name] = found
     # CompileJobs and Deployments of classes that disappeared are kept: engines stay valid if the pool returns.
     if rollouts:
-        _apply_if_changed(
-            state, serving.build_model_service(model), state.get("v1", "Service", meta["namespace"], meta["name"])
-        )
+        try:
+            service = serving.build_model_service(model)
+            _apply_if_changed(state, model, service, state.get("v1", "Service", meta["namespace"], meta["name"]))
+        except owned.NameConflict as conflict:
+            conflicts["model Service"] = str(conflict)
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
     status = inference_model_status(
         model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes,
-        spec_valid=admission_checks.spec_valid_condition(findings), refused=refused,
+        spec_valid=admission_checks.spec_valid_condition(findings), refused=refused, conflicts=conflicts,
     )  # fmt: skip
     return _write_status(state, model, status)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What one target's reconcile found or made; None: nothing of that kind (yet)."""
+
+    compile_job: dict | None = None
+    rollout: Rollout | None = None
+    engine: str | None = None  # the engine its serving objects were applied with
+    slo_outcome: Outcome | None = None
+    refused: str | None = None  # why Kubernetes or Triton refuse its serving objects
+
+
+def _reconcile_target(
+    state: ClusterState,
+    registry: Registry,
+    model: dict,
+    spec: dict,
+    target: HardwareClass,
+    settings: Settings,
+    scaler: Scaler,
+    blocked: bool,
+    existing: dict | None,
+    scaled: bool,
+) -> TargetResult:
+    """One target: its CompileJob, then (with an engine) its serving objects."""
+    meta = model["metadata"]
+    name = compile_job_name(meta["name"], target.name)
+    observed = existing if existing is not None and existing["metadata"]["name"] == name else None
+    if blocked:
+        if observed is None:
+            return TargetResult()
+        compile_job = observed
+    else:
+        if observed is None:  # not this model's: is the name free?
+            observed = state.get(API_VERSION, "CompileJob", meta["namespace"], name)
+        compile_job = _apply_if_changed(state, model, build_compile_job(model, spec, target, settings), observed)
+    deployment_name = serving.target_name(meta["name"], target)
+    rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
+    engine = desired_engine(compile_job, rollout)
+    replicas, outcome, applied, why = desired_replicas(spec, rollout), None, None, None
+    if scaled and rollout is not None and rollout.serving:
+        outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target))
+        replicas = outcome.replicas
+    if engine is not None:
+        try:
+            rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings))
+        except RegistryError as error:
+            log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
+        except (ParseError, client.ApiException) as error:
+            why = refusal(error)
+            if why is None:
+                raise
+            # no retry can help: the status says so until the spec changes
+            log.warning("serving objects of %s/%s on %s refused: %s", meta["namespace"], meta["name"],
+                        target.name, why)  # fmt: skip
+        else:
+            applied = engine
+            if outcome is not None:
+                _report_scaling(state, model, target, outcome)
+    if rollout is not None and not rollout.updated:
+        rollout = with_problem(rollout, state.pods(meta["namespace"], serving.selector(model, target)))
+    return TargetResult(compile_job, rollout, applied, outcome, why)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

@@ -7,8 +7,10 @@ one replica the bottleneck:
   a fixed-service-time engine (origin "simulation", see engine_seeds) that computes nothing, so
   2 CPUs can hold 8 replicas and the scaler can be seen going to 6 and more;
 - `DETECTOR`: a real model, PP-OCR's text detector at 480x480, compiled on local-0 (OpenVINO FP32
-  only, for a short compile), one instance and one thread per pod; under the high load one
-  replica misses the SLO and two meet it.
+  only, for a short compile), one instance and one thread per pod. Its speed is the machine's, so
+  its load is not a constant: `prepare` first measures what one replica sustains at the SLO
+  target (serving.capacity), then runs the low phases at 0.5x and the step at 1.6x of that, so
+  one replica must miss and two could meet it, on a quiet machine or a busy one.
 """
 
 import copy
@@ -24,13 +26,14 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.builders.serving import target_name
-from tensorkiln.hardware.classes import discover
+from tensorkiln.hardware.classes import HardwareClass, discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.localcluster import prometheus
 from tensorkiln.localcluster.engine_seeds import publish_simulation
 from tensorkiln.localcluster.ocr_models import CLS, DET, OcrModel
 from tensorkiln.registry.manifest import TensorInfo
 from tensorkiln.scaling.metrics import connect, observe
+from tensorkiln.serving import capacity
 from tensorkiln.serving.loadgen import Phase
 
 STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln cluster up` stages the models
@@ -41,8 +44,11 @@ class Workload:
     name: str  # the InferenceModel's name
     model: OcrModel
     spec: dict
-    phases: tuple[Phase, ...]  # low, x4, low
+    # low, high, low: requests per second, or, with `calibrated`, multiples of the rate one
+    # replica was measured to sustain at the SLO target
+    phases: tuple[Phase, ...]
     simulated_service_ms: float | None = None  # a simulation: publish its engine before applying
+    calibrated: bool = False
 
     @property
     def slo(self) -> dict:
@@ -122,11 +128,33 @@ DETECTOR = Workload(
             "scaleDownStabilizationSeconds": 20,
         },
     },
-    # ~43 ms per image alone: at 20 requests/s one replica is ~90% busy and its p95 far over
-    # 200 ms, so the step needs the second replica. Whether two restore the SLO depends on how much
-    # of local-0's 2 CPUs the clients and the cluster leave (e2e/results/slo.md: not at 14 req/s).
-    phases=(Phase("low", 5, 45), Phase("high", 20, 180), Phase("low-again", 5, 150)),
+    # Multiples of one replica's measured capacity at 200 ms: at 1.6x one replica must miss,
+    # while two, at 0.8x each, could meet it if the clients and the cluster leave them the CPUs.
+    phases=(Phase("low", 0.5, 45), Phase("high", 1.6, 180), Phase("low-again", 0.5, 120)),
+    calibrated=True,
 )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    deployment: str  # the target's Deployment
+    phases: list[Phase]  # in requests per second
+    capacity: capacity.Capacity | None  # measured in this run, for a calibrated workload
+
+
+def start(
+    api: client.ApiClient, registry_uri: str, namespace: str, workload: Workload, work_dir: Path, mode: str = "Operator"
+) -> HardwareClass:
+    """Apply the workload's InferenceModel, publishing its simulated engine first (if it is one) to
+    the registry the operator uses; returns its one target."""
+    model = workload.manifest(namespace, mode)
+    nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
+    (target,) = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
+    if workload.simulated_service_ms is not None:
+        inputs, outputs = workload.tensors()
+        publish_simulation(registry_uri, model, target, work_dir, workload.simulated_service_ms, inputs, outputs)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
+    return target
 
 
 def deploy(
@@ -138,16 +166,9 @@ def deploy(
     ready_within: float,
     mode: str = "Operator",
 ) -> str:
-    """Apply the workload's InferenceModel (publishing its simulated engine first, if it is one,
-    to the registry the operator uses) and wait until it serves; returns its Deployment's name."""
-    model = workload.manifest(namespace, mode)
-    nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
-    (target,) = select_targets(model["spec"]["hardware"], discover(nodes), nodes)
-    if workload.simulated_service_ms is not None:
-        inputs, outputs = workload.tensors()
-        publish_simulation(registry_uri, model, target, work_dir, workload.simulated_service_ms, inputs, outputs)
+    """Apply the workload's InferenceModel (`start`) and wait until it serves; returns its Deployment's name."""
+    target = start(api, registry_uri, namespace, workload, work_dir, mode)
     custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
     deadline = time.monotonic() + ready_within
     while time.monotonic() < deadline:
         found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", workload.name)
@@ -155,6 +176,48 @@ def deploy(
             return target_name(workload.name, target)
         time.sleep(2)
     raise TimeoutError(f"{namespace}/{workload.name} not Ready within {ready_within:g} s")
+
+
+def prepare(
+    api: client.ApiClient,
+    registry_uri: str,
+    namespace: str,
+    workload: Workload,
+    work_dir: Path,
+    ready_within: float,
+    mode: str = "Operator",
+    measured: capacity.Capacity | None = None,
+) -> Prepared:
+    """Deploy the workload and size its load. A calibrated workload is first served with its
+    maximum held at one replica while `capacity.measure` ramps a load on it (or takes `measured`,
+    to give a second run the same load); then, once Triton's latency window has forgotten the
+    ramp, the maximum is set back, so the scaler never acts on the ramp."""
+    if not workload.calibrated:
+        deployment = deploy(api, registry_uri, namespace, workload, work_dir, ready_within, mode)
+        return Prepared(deployment, [*workload.phases], None)
+    slo = workload.slo
+    held = dataclasses.replace(workload, spec={**workload.spec, "slo": {**slo, "maxReplicas": slo["minReplicas"]}})
+    deployment = deploy(api, registry_uri, namespace, held, work_dir, ready_within, mode)
+    if measured is None:
+        latency = triton_latency(api, namespace, deployment, workload)
+        measured = capacity.measure(
+            api, namespace, workload.name, workload.name, workload.inputs(), slo["targetMilliseconds"], latency
+        )
+        _wait_until_forgotten(latency, 240)
+    patch = {"spec": {"slo": {"maxReplicas": slo["maxReplicas"]}}}
+    custom = client.CustomObjectsApi(api)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", workload.name, patch)
+    phases = [dataclasses.replace(p, rate=p.rate * measured.rate) for p in workload.phases]
+    return Prepared(deployment, phases, measured)
+
+
+def _wait_until_forgotten(latency, within: float) -> None:
+    """Until Triton's summary holds no request (about a minute after the last one)."""
+    deadline = time.monotonic() + within
+    while latency() is not None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Triton's latency window still held requests {within:g} s after the ramp")
+        time.sleep(2)
 
 
 def triton_latency(api: client.ApiClient, namespace: str, deployment: str, workload: Workload):

@@ -52,6 +52,7 @@ def _compiled(entries: list[dict], empty: list[str], products_seen: list[str]) -
 
 
 SERVING_REFUSED = "ServingRefused"
+NAME_CONFLICT = "NameConflict"
 
 
 def _deployed(
@@ -101,11 +102,13 @@ def inference_model_status(
     slo_outcomes: dict | None = None,
     spec_valid: dict | None = None,
     refused: dict[str, str] | None = None,
+    conflicts: dict[str, str] | None = None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served.
     `spec_valid`: the admission checks' SpecValid condition (tensorkiln.admission.checks).
-    `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why."""
+    `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why.
+    `conflicts`: targets (or "model Service") whose derived names another owner's objects hold."""
     generation = model["metadata"].get("generation", 1)
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
@@ -134,6 +137,13 @@ def inference_model_status(
             phase = "Deploying"
         else:
             phase = "Compiling"
+    if conflicts:  # first: only a person can free the name
+        why = "; ".join(f"{where}: {message}" for where, message in sorted(conflicts.items()))[:4096]
+        deployed = condition("Deployed", False, NAME_CONFLICT, why)
+        ready = condition("Ready", False, NAME_CONFLICT, why)
+        if compiled["status"] != "True":
+            compiled = condition("Compiled", False, NAME_CONFLICT, why)
+        phase = "Degraded" if serving else "Failed"
     if spec_valid is not None and spec_valid["status"] == "False":
         # Admission findings stop compiling: unless it already serves, that is what the model waits for.
         ready, compiled, phase = _blocked_by_spec(spec_valid, ready, compiled, phase)
