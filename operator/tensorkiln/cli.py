@@ -4,6 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tensorkiln.localcluster.binaries import BINARIES
+
 
 def _cluster(args) -> int:
     from tensorkiln.localcluster import cluster
@@ -77,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     cluster_actions.add_parser("status", help="what runs; exit 1 if the API server is down")
     cluster_actions.add_parser("env", help='shell exports: eval "$(tensorkiln cluster env)"')
     build = cluster_actions.add_parser("build", help="build or reuse the cached binaries (helm only when named)")
-    build.add_argument("names", nargs="*", help="kube, etcd, kwok, kwokctl, helm")
+    # Named choices: a wrong name is refused with the list, not a KeyError.
+    build.add_argument("names", nargs="*", choices=sorted(BINARIES), help="default: the cluster's own binaries")
     cluster.set_defaults(func=_cluster)
 
     crds = commands.add_parser("crds", help="generate crds/*.yaml from the pydantic API types")

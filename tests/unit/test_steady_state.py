@@ -13,6 +13,7 @@ from registry_fixtures import make_engine
 from tensorkiln.builders import serving
 from tensorkiln.controllers.diff import contains
 from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.controllers.owned import needs_apply, with_hash
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.settings import Settings
 
@@ -59,3 +60,10 @@ def test_a_changed_or_missing_field_still_needs_an_apply(tmp_path):
     del gone["spec"]["template"]["spec"]["securityContext"]
     assert not contains(gone, desired)
     assert not contains({"a": []}, {"a": ["x"]}) and contains({}, {"a": [], "b": {}})
+
+
+def test_the_hash_annotated_object_as_stored_needs_no_apply_either(tmp_path):
+    desired = with_hash(deployment(tmp_path))
+    observed = as_stored(desired)
+    observed["metadata"]["resourceVersion"] = "42"
+    assert not needs_apply(observed, desired)

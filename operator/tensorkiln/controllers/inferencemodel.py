@@ -18,6 +18,7 @@ from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.controllers import events, owned
+from tensorkiln.controllers.plan import GATHERED, plan
 from tensorkiln.controllers.scaler import Outcome, Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
@@ -49,27 +50,19 @@ def invalid_spec_status(model: dict, reason: str, problems: str, now: datetime) 
 
 
 def _apply_if_changed(state: ClusterState, model: dict, desired: dict, observed: dict | None) -> dict:
-    """Server-side apply when a desired field changed, was dropped, or was edited by hand; never
-    over an object another owner controls (owned.NameConflict)."""
-    owned.check_owner(observed, desired, model["metadata"]["uid"])
-    desired = owned.with_hash(desired)
-    if not owned.needs_apply(observed, desired):
-        return observed
+    """One object, planned alone: applied when changed, dropped from or edited by hand; never over
+    an object another owner controls (owned.NameConflict)."""
+    steps = plan([desired], {desired["kind"]: observed}, model["metadata"]["uid"])
+    return _apply(state, steps.applies[0]) if steps.applies else observed
+
+
+def _apply(state: ClusterState, desired: dict) -> dict:
     meta = desired["metadata"]
     log.info("applying %s %s/%s", desired["kind"], meta["namespace"], meta["name"])
     try:
         return state.apply(desired)
     except Exception as error:
         raise apierrors.about(error, desired["kind"], meta["namespace"], meta["name"]) from None
-
-
-def _delete_if_ours(state: ClusterState, model: dict, api_version: str, kind: str, name: str) -> None:
-    """An owned object that is no longer desired (an HPA after a mode change, a PDB below two
-    replicas): deleted if it exists and this model controls it."""
-    namespace = model["metadata"]["namespace"]
-    if owned.ours_to_delete(state.get(api_version, kind, namespace, name), model["metadata"]["uid"]):
-        log.info("deleting %s %s/%s: no longer desired", kind, namespace, name)
-        state.delete(api_version, kind, namespace, name)
 
 
 def _roll_out(
@@ -82,34 +75,37 @@ def _roll_out(
     replicas: int,
     settings: Settings,
 ) -> dict:
-    """Config, Deployment, Service, PDB (and HPA in HPA mode) of one target; returns the Deployment as observed."""
+    """Config, Deployment, Service, PDB (and HPA in HPA mode) of one target, gathered, planned
+    (controllers.plan) and applied; returns the Deployment as it then is."""
     namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
+    observed = {kind: state.get(api_version, kind, namespace, name) for api_version, kind in GATHERED}
     manifest = state.manifest(registry, engine)
     config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
-    _apply_if_changed(state, model, config_map, state.get("v1", "ConfigMap", namespace, name))
-    hpa = serving.build_hpa(model, spec, target)
     # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
     # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
     slo_mode = (spec.get("slo") or {}).get("mode")
-    deployment = serving.build_deployment(
-        model, spec, target, engine, config_map, None if slo_mode else replicas, settings
-    )
-    observed = _apply_if_changed(state, model, deployment, state.get("apps/v1", "Deployment", namespace, name))
-    if slo_mode == "Operator" and observed["spec"].get("replicas") != replicas:
-        log.info("scaling Deployment %s/%s to %d replicas", namespace, name, replicas)
-        observed = state.scale_deployment(namespace, name, replicas)
-    if hpa is not None:
-        _apply_if_changed(state, model, hpa, state.get("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name))
-    else:
-        _delete_if_ours(state, model, "autoscaling/v2", "HorizontalPodAutoscaler", name)
-    service = serving.build_target_service(model, target)
-    _apply_if_changed(state, model, service, state.get("v1", "Service", namespace, name))
-    pdb = serving.build_pdb(model, target, replicas)
-    if pdb is not None:
-        _apply_if_changed(state, model, pdb, state.get("policy/v1", "PodDisruptionBudget", namespace, name))
-    else:
-        _delete_if_ours(state, model, "policy/v1", "PodDisruptionBudget", name)
-    return observed
+    desired = [
+        config_map,
+        serving.build_deployment(model, spec, target, engine, config_map, None if slo_mode else replicas, settings),
+        serving.build_hpa(model, spec, target),
+        serving.build_target_service(model, target),
+        serving.build_pdb(model, target, replicas),
+    ]
+    steps = plan([d for d in desired if d is not None], observed, model["metadata"]["uid"],
+                 replicas if slo_mode == "Operator" else None)  # fmt: skip
+    deployment = observed["Deployment"]
+    for obj in steps.applies:
+        applied = _apply(state, obj)
+        if obj["kind"] == "Deployment":
+            deployment = applied
+    for api_version, kind, gone in steps.deletes:
+        log.info("deleting %s %s/%s: no longer desired", kind, namespace, gone)
+        state.delete(api_version, kind, namespace, gone)
+    # After the apply: dropping `replicas` from the applied Deployment resets it to the default.
+    if steps.replicas is not None and deployment["spec"].get("replicas") != steps.replicas:
+        log.info("scaling Deployment %s/%s to %d replicas", namespace, name, steps.replicas)
+        deployment = state.scale_deployment(namespace, name, steps.replicas)
+    return deployment
 
 
 def refusal(error: Exception) -> str | None:
