@@ -109,3 +109,20 @@ def test_a_name_held_by_another_owner_is_a_name_conflict_naming_object_and_owner
     assert conds(status)["Deployed"] == ("False", "NameConflict")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["message"] == f"l4: {held}" and status["phase"] == "Failed"
+
+
+def test_the_model_says_why_each_compile_failed_or_cannot_proceed_in_the_compile_jobs_words():
+    failed = cj("a", "Failed")
+    failed["status"]["conditions"] = [
+        {"type": "Compiled", "status": "False", "reason": "ShapeMismatch", "message": "spec.shapes.batch: max 8 > 4"}
+    ]
+    stuck = cj("b", "Pending")
+    stuck["status"]["conditions"] = [
+        {"type": "Reconciled", "status": "False", "reason": "ReconcileError", "message": "Job ns/b: 403 Forbidden"}
+    ]
+    status = status_of([target("l4"), target("h100")], {"l4": failed, "h100": cj("c", "Succeeded", D1)})
+    compiled = next(c for c in status["conditions"] if c["type"] == "Compiled")
+    assert compiled["message"] == "compile failed for: l4: ShapeMismatch: spec.shapes.batch: max 8 > 4"
+    status = status_of([target("l4")], {"l4": stuck})
+    compiled = next(c for c in status["conditions"] if c["type"] == "Compiled")
+    assert compiled["message"] == "compiling for: l4: ReconcileError: Job ns/b: 403 Forbidden"

@@ -58,14 +58,20 @@ def test_a_compile_job_reconcile_is_counted_logged_about_and_its_result_recorded
     assert stubbed["posted"][0][3] == "CompileFailed"
 
 
-def test_a_failing_reconcile_counts_as_an_error_and_still_raises(stubbed):
+def test_a_failing_compile_job_reconcile_counts_as_an_error_and_goes_to_its_status(stubbed, monkeypatch):
     stubbed["fail"] = True
+    written = []
+    state = type("State", (), {"core": None, "apply_status": lambda self, obj, status: written.append(status)})()
+    monkeypatch.setattr(handlers, "state", lambda: state)
+    monkeypatch.setattr(handlers, "FAILURES", handlers.failures.FailureTracker())
     errors = value("tensorkiln_reconcile_errors_total", kind="CompileJob")
 
-    with pytest.raises(RuntimeError):
-        handlers._compile_job(BODY)
+    handlers._compile_job(BODY)  # no exception escapes
 
     assert value("tensorkiln_reconcile_errors_total", kind="CompileJob") == errors + 1
+    (reconciled,) = written[0]["conditions"]
+    assert (reconciled["type"], reconciled["status"], reconciled["reason"]) == ("Reconciled", "False", "ReconcileError")
+    assert reconciled["message"] == "RuntimeError: API down" and written[0]["phase"] == "Running"
 
 
 def test_the_probe_fails_once_the_resync_loop_is_gone():

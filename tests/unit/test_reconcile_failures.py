@@ -45,7 +45,7 @@ def test_status_gets_ready_false_and_keeps_everything_else():
             ],
         },
     }
-    status = failed_status(model, describe(forbidden()), NOW)
+    status = failed_status(model, "Ready", describe(forbidden()), NOW)
     ready, compiled = status["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", REASON)
     assert ready["lastTransitionTime"] == "t0" and "exceeded quota" in ready["message"]

@@ -10,6 +10,7 @@ from kubernetes import client
 from tensorkiln.admission.checks import refused_compile_job_status
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.backoff import Backoff
+from tensorkiln.controllers.failures import cleared
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import CacheKey, EngineNotFound, Registry, RegistryError, RegistryUnavailable
@@ -20,6 +21,7 @@ from tensorkiln.status.conditions import condition, merge_conditions
 log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
+RECONCILED = "Reconciled"  # set only while reconciling the CompileJob fails (handlers._guarded)
 
 
 # How long a CompileJob waits before asking an unreachable registry again.
@@ -105,11 +107,11 @@ def reconcile(
 
     job = jobs.get(wanted)
     settled = old_status.get("observedGeneration") == meta.get("generation") and old_status.get("phase") in TERMINAL
-    if job is None and settled:
-        return old_status, old_status  # a cache hit, or a finished Job cleaned up since: the result stands
+    if job is None and settled:  # a cache hit, or a finished Job cleaned up since: the result stands
+        return _write(state, compile_job, old_status, cleared(old_status, RECONCILED))
     backoff_key = meta.get("uid") or f"{namespace}/{meta['name']}"
-    if backoff.wait_left(backoff_key, time.monotonic()) > 0:
-        return old_status, old_status  # the registry was unreachable: not asked again before its time
+    if backoff.wait_left(backoff_key, time.monotonic()) > 0:  # the registry was unreachable: not asked yet
+        return _write(state, compile_job, old_status, cleared(old_status, RECONCILED))
 
     try:
         if job is None:

@@ -23,18 +23,27 @@ log = logging.getLogger(__name__)
 REASON = "ReconcileError"
 
 
-def failed_status(model: dict, message: str, now: datetime) -> dict:
-    """The model's status with Ready=False ReconcileError; every other field as it was (pure)."""
-    status = dict(model.get("status") or {})
+def failed_status(obj: dict, condition_type: str, message: str, now: datetime) -> dict:
+    """The object's status with `condition_type`=False ReconcileError (an InferenceModel's Ready, a
+    CompileJob's Reconciled); every other field as it was (pure)."""
+    status = dict(obj.get("status") or {})
     existing = status.get("conditions") or []
-    (ready,) = merge_conditions(
-        existing, [condition("Ready", False, REASON, message)], model["metadata"].get("generation", 1), now
+    (failed,) = merge_conditions(
+        existing, [condition(condition_type, False, REASON, message)], obj["metadata"].get("generation", 1), now
     )
-    others = [c for c in existing if c.get("type") != "Ready"]
-    return {**status, "phase": status.get("phase") or "Pending", "conditions": [ready, *others]}
+    others = [c for c in existing if c.get("type") != condition_type]
+    return {**status, "phase": status.get("phase") or "Pending", "conditions": [failed, *others]}
 
 
 _VARYING = re.compile(r"\"[^\"]*\"|[0-9a-f]{6,}|\d+")  # quoted names, hashes, uids, counts
+
+
+def cleared(status: dict, condition_type: str) -> dict:
+    """`status` without a failure's condition, once a reconcile succeeded (pure)."""
+    conditions = status.get("conditions") or []
+    if not any(c.get("type") == condition_type for c in conditions):
+        return status
+    return {**status, "conditions": [c for c in conditions if c.get("type") != condition_type]}
 
 
 def _signature(error: BaseException) -> str:

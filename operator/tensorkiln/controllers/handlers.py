@@ -191,17 +191,8 @@ def resync_all() -> None:
         if plural == "inferencemodels":
             own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)
         for obj in objects:
-            if obj["metadata"].get("deletionTimestamp"):
-                continue
-            ref = f"{plural} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            with logs.about(obj):
-                try:
-                    reconcile_one(obj)
-                except (ForbiddenError, NotFoundError) as error:
-                    # Deleted since listed, or its namespace is terminating: nothing left to converge.
-                    log.info("resync of %s skipped: %s", ref, error.summary())
-                except Exception:  # reported, retried at the next resync
-                    log.exception("resync of %s failed", ref)
+            if not obj["metadata"].get("deletionTimestamp"):
+                reconcile_one(obj)  # a failure goes to the object's status (_guarded), never up
 
 
 def _plain(body) -> dict:
@@ -209,12 +200,11 @@ def _plain(body) -> dict:
     return dict(body)
 
 
-_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-def _lock_of(obj: dict) -> threading.Lock:
-    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+def _lock_of(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
 
@@ -224,9 +214,9 @@ def _observed(kind: str):
 
     def decorate(reconcile_one):
         @functools.wraps(reconcile_one)
-        def run(body, *args) -> None:
+        def run(body) -> None:
             with logs.about(body), own_metrics.reconciling(kind):
-                reconcile_one(body, *args)
+                reconcile_one(body)
 
         return run
 
@@ -236,55 +226,62 @@ def _observed(kind: str):
 FAILURES = failures.FailureTracker()
 
 
-def _key(obj: dict) -> str:
-    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+def _guarded(body, forced: bool, reconcile_one, condition_type: str) -> None:
+    """Reconcile one object, one reconcile of it at a time (a handler thread and the resync thread
+    must not both act); a failure goes to its status (controllers.failures), never up. The resync
+    and owned objects' events leave a failing object alone until its backoff ends; `forced` (its
+    spec changed) tries now."""
+    obj = _plain(body)
+    key = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+    if not forced and FAILURES.wait_left(key, time.monotonic()) > 0:
+        return
+    with _lock_of(key):
+        try:
+            reconcile_one(obj)
+        except Exception as error:
+            if _gone(error):
+                with logs.about(obj):
+                    log.info("reconcile of %s skipped: %s", key, error.summary())
+            else:
+                _reconcile_failed(obj, key, error, condition_type)
+            return
+    FAILURES.succeeded(key)
+
+
+def _gone(error: Exception) -> bool:
+    """Deleted since read, or its namespace is terminating: nothing left to converge or report."""
+    if isinstance(error, NotFoundError):
+        return True
+    return isinstance(error, ForbiddenError) and "because it is being terminated" in str(error.body)
+
+
+def _reconcile_failed(obj: dict, key: str, error: Exception, condition_type: str) -> None:
+    recorded = FAILURES.failed(key, error, time.monotonic())
+    message = apierrors.describe(error)
+    line = "reconcile of %s failed (attempt %d; next try in %.0f s): %s"
+    with logs.about(obj):
+        if recorded.traceback:  # the first failure of its kind in this process
+            log.error(line, key, recorded.attempts, recorded.retry_in, message, exc_info=error)
+        else:
+            log.warning(line, key, recorded.attempts, recorded.retry_in, message)
+        try:
+            status = failures.failed_status(obj, condition_type, message, datetime.now(UTC))
+            if status != obj.get("status"):
+                state().apply_status(obj, status)
+            if recorded.new_message:
+                events.post(state().core, obj, "Warning", failures.REASON, message)
+        except Exception as unreported:  # e.g. its namespace is terminating: the log line is all there is
+            log.warning("status of %s not written: %s", key, apierrors.describe(unreported))
 
 
 def _inference_model(body, forced: bool = False) -> None:
-    """Reconcile one model; a failure goes to its status (controllers.failures), never up. The resync
-    leaves a failing model alone until its backoff ends; `forced` (its spec changed) tries now."""
-    try:
-        _reconcile_inference_model(body, forced)
-    except _Reported:
-        pass  # in status, the log and an Event; the resync retries it after its backoff
+    _guarded(body, forced, _reconcile_inference_model, "Ready")
 
 
 @_observed("InferenceModel")
-def _reconcile_inference_model(body, forced: bool) -> None:
-    model, key = _plain(body), _key(body)
-    if not forced and FAILURES.wait_left(key, time.monotonic()) > 0:
-        return
-    # One reconcile of a model at a time: a handler thread and the resync thread must not both act.
-    with _lock_of(model):
-        try:
-            new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
-        except Exception as error:
-            _reconcile_failed(model, key, error)
-            raise _Reported() from error
-    FAILURES.succeeded(key)
+def _reconcile_inference_model(model: dict) -> None:
+    new = inferencemodel.reconcile(state(), model, SETTINGS, registry(), scaler())
     own_metrics.record_targets(model, new)
-
-
-class _Reported(Exception):
-    """A failure already in status, the log and an Event: counted as a reconcile error, not retried by kopf."""
-
-
-def _reconcile_failed(model: dict, key: str, error: Exception) -> None:
-    recorded = FAILURES.failed(key, error, time.monotonic())
-    message = apierrors.describe(error)
-    line = "reconcile of InferenceModel %s failed (attempt %d; next try in %.0f s): %s"
-    if recorded.traceback:  # the first failure of its kind in this process
-        log.error(line, key, recorded.attempts, recorded.retry_in, message, exc_info=error)
-    else:
-        log.warning(line, key, recorded.attempts, recorded.retry_in, message)
-    try:
-        status = failures.failed_status(model, message, datetime.now(UTC))
-        if status != model.get("status"):
-            state().apply_status(model, status)
-        if recorded.new_message:
-            events.post(state().core, model, "Warning", failures.REASON, message)
-    except Exception as unreported:  # e.g. its namespace is terminating: the log line is all there is
-        log.warning("status of InferenceModel %s not written: %s", key, apierrors.describe(unreported))
 
 
 @kopf.on.resume(*IM)
@@ -294,9 +291,14 @@ def inference_model_changed(body, **_) -> None:
     _inference_model(body, forced=True)
 
 
+def _compile_job(body, forced: bool = False) -> None:
+    # A CompileJob has no Ready; its `Reconciled` condition appears only while reconciling it fails.
+    _guarded(body, forced, _reconcile_compile_job, compilejob.RECONCILED)
+
+
 @_observed("CompileJob")
-def _compile_job(body) -> None:
-    old, new = compilejob.reconcile(state(), _plain(body), registry(), SETTINGS)
+def _reconcile_compile_job(body: dict) -> None:
+    old, new = compilejob.reconcile(state(), body, registry(), SETTINGS)
     own_metrics.record_compile_transition(body, old, new)
     if old.get("phase") != new.get("phase"):
         failed = new.get("phase") == "Failed"
@@ -310,7 +312,7 @@ def _compile_job(body) -> None:
 @kopf.on.create(*CJ)
 @kopf.on.update(*CJ, field="spec")
 def compile_job_changed(body, **_) -> None:
-    _compile_job(body)
+    _compile_job(body, forced=True)
 
 
 def _reconcile_compile_job_named(namespace: str, name: str) -> None:

@@ -34,7 +34,27 @@ def _names(entries: list[dict]) -> str:
     return ", ".join(e["hardwareClass"] for e in entries)
 
 
-def _compiled(entries: list[dict], empty: list[str], products_seen: list[str]) -> dict:
+def compile_job_problem(compile_job: dict | None) -> str | None:
+    """Why a target's CompileJob failed or cannot be reconciled, in its own condition's words (pure)."""
+    conditions = {c.get("type"): c for c in (compile_job or {}).get("status", {}).get("conditions") or []}
+    for type_ in ("Reconciled", "Compiled"):
+        found = conditions.get(type_)
+        if found and found.get("status") == "False":
+            return f"{found.get('reason')}: {found.get('message')}"
+    return None
+
+
+def _why(entries: list[dict], problems: dict[str, str]) -> str:
+    """The targets, each with its CompileJob's reason where it has one."""
+    return "; ".join(
+        f"{e['hardwareClass']}: {problems[e['hardwareClass']]}"
+        if e["hardwareClass"] in problems
+        else e["hardwareClass"]
+        for e in entries
+    )
+
+
+def _compiled(entries: list[dict], empty: list[str], products_seen: list[str], problems: dict[str, str]) -> dict:
     failed = [e for e in entries if e.get("compilePhase") == "Failed"]
     done = [e for e in entries if e.get("compilePhase") == "Succeeded"]
     if not entries:
@@ -45,10 +65,11 @@ def _compiled(entries: list[dict], empty: list[str], products_seen: list[str]) -
     if failed:
         keeps = [e for e in failed if "engine" in e]
         note = f"; the previous engine keeps serving on {_names(keeps)}" if keeps else ""
-        return condition("Compiled", False, "CompileFailed", f"compile failed for: {_names(failed)}{note}")
+        return condition("Compiled", False, "CompileFailed", f"compile failed for: {_why(failed, problems)}{note}")
     if len(done) == len(entries):
         return condition("Compiled", True, "EnginesPublished", f"engines published for {len(done)} targets")
-    return condition("Compiled", False, "Compiling", f"compiling for: {_names([e for e in entries if e not in done])}")
+    compiling = [e for e in entries if e not in done]
+    return condition("Compiled", False, "Compiling", f"compiling for: {_why(compiling, problems)}")
 
 
 SERVING_REFUSED = "ServingRefused"
@@ -113,7 +134,8 @@ def inference_model_status(
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
-    compiled = _compiled(with_nodes, empty, products_seen)
+    problems = {name: why for name, cj in compile_jobs.items() if (why := compile_job_problem(cj))}
+    compiled = _compiled(with_nodes, empty, products_seen, problems)
     deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
         "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
