@@ -16,6 +16,22 @@ from tensorkiln.localcluster import paths, prometheus
 from .helpers import namespace_exists, wait_for
 
 pytestmark = pytest.mark.cluster
+# Figures a test measured on this machine (e.g. one replica's capacity), printed after the run
+# even with -q, so that CI's output says what the loads were sized from.
+MEASURED: list[str] = []
+
+
+@pytest.fixture
+def measured():
+    """Append a line to the run's "measured on this machine" summary."""
+    return MEASURED.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASURED:
+        terminalreporter.section("measured on this machine")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,12 @@ from .workloads import scale_events
 pytestmark = [pytest.mark.cluster, pytest.mark.serving]
 
 
-def step_load(api, operator, namespace, workload: Workload, tmp_path, ready_within: float, source: str):
+def step_load(api, operator, namespace, workload: Workload, tmp_path, ready_within: float, source: str, measured):
     prepared = prepare(api, operator.registry_uri, namespace, workload, tmp_path, ready_within)
     if prepared.capacity is not None:
-        print(prepared.capacity.describe())
-    print("load:", ", ".join(f"{p.name} {p.rate:.1f} req/s for {p.seconds:g} s" for p in prepared.phases))
+        measured(f"{workload.name}: {prepared.capacity.describe()}")
+        load = ", ".join(f"{p.name} {p.rate:.1f} req/s for {p.seconds:g} s" for p in prepared.phases)
+        measured(f"{workload.name}: load {load}")
     deployment, phases = prepared.deployment, prepared.phases
     server = triton_latency(api, namespace, deployment, workload)
     requests, points = run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, 0, server)
@@ -45,16 +46,20 @@ def assert_scaled_to_the_slo(reports, events, most_replicas: int, restore_within
     assert any(e.startswith("ScaledUp") for e in events) and any(e.startswith("ScaledDown") for e in events), context
 
 
-def test_simulated_gpu_engine_scales_out_to_the_step_and_back(api, operator, namespace, tmp_path):
-    reports, events, _ = step_load(api, operator, namespace, SIMULATED, tmp_path, ready_within=180, source="client")
+def test_simulated_gpu_engine_scales_out_to_the_step_and_back(api, operator, namespace, tmp_path, measured):
+    reports, events, _ = step_load(
+        api, operator, namespace, SIMULATED, tmp_path, ready_within=180, source="client", measured=measured
+    )
     assert_scaled_to_the_slo(reports, events, most_replicas=5, restore_within=90)
 
 
 @pytest.mark.timeout(1500)  # compile, capacity ramp, Triton's window draining, then the 345 s step load
-def test_real_detector_scales_from_one_to_two_replicas_and_back(api, operator, namespace, tmp_path):
+def test_real_detector_scales_from_one_to_two_replicas_and_back(api, operator, namespace, tmp_path, measured):
     # Judged on the latency Triton reports, the SLO's definition: each request carries a 2.7 MB
     # image, and the clients' own time on the 2 shared CPUs is not the server's to meet.
-    reports, events, points = step_load(api, operator, namespace, DETECTOR, tmp_path, ready_within=900, source="server")
+    reports, events, points = step_load(
+        api, operator, namespace, DETECTOR, tmp_path, ready_within=900, source="server", measured=measured
+    )
     low, high, back = reports
     context = f"{[(r.name, r.replicas, r.violation_s, r.restore_s) for r in reports]}; events {events}"
     # The load is 0.5x and 1.6x of what one replica was measured to sustain, so these hold
@@ -69,4 +74,7 @@ def test_real_detector_scales_from_one_to_two_replicas_and_back(api, operator, n
     two = [p.server_ms for p in points if high.start_s + 60 <= p.at < high.end_s and p.ready == 2]
     restored = "restored" if high.restore_s is not None else "did not restore"
     worst = f"{max(v for v in two if v is not None):.0f} ms" if any(v is not None for v in two) else "no reading"
-    print(f"two replicas {restored} the SLO at the step (worst Triton p95 with both ready: {worst}); {context}")
+    measured(
+        f"{DETECTOR.name}: two replicas {restored} the SLO at the step (worst Triton p95 with both ready: {worst})"
+    )
+    measured(f"{DETECTOR.name}: {context}")
