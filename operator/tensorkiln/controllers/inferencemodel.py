@@ -74,11 +74,16 @@ def _roll_out(
     engine: str,
     replicas: int,
     settings: Settings,
+    deployment: dict | None,
 ) -> dict:
     """Config, Deployment, Service, PDB (and HPA in HPA mode) of one target, gathered, planned
-    (controllers.plan) and applied; returns the Deployment as it then is."""
+    (controllers.plan) and applied; returns the Deployment as it then is. `deployment`: the target's
+    Deployment as the caller already read it."""
     namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
-    observed = {kind: state.get(api_version, kind, namespace, name) for api_version, kind in GATHERED}
+    observed = {
+        kind: deployment if kind == "Deployment" else state.get(api_version, kind, namespace, name)
+        for api_version, kind in GATHERED
+    }
     manifest = state.manifest(registry, engine)
     config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
     # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
@@ -229,8 +234,8 @@ def _reconcile_target(
         if observed is None:  # not this model's: is the name free?
             observed = state.get(API_VERSION, "CompileJob", meta["namespace"], name)
         compile_job = _apply_if_changed(state, model, build_compile_job(model, spec, target, settings), observed)
-    deployment_name = serving.target_name(meta["name"], target)
-    rollout = observe(state.get("apps/v1", "Deployment", meta["namespace"], deployment_name))
+    deployment = state.get("apps/v1", "Deployment", meta["namespace"], serving.target_name(meta["name"], target))
+    rollout = observe(deployment)
     engine = desired_engine(compile_job, rollout)
     replicas, outcome, applied, why = desired_replicas(spec, rollout), None, None, None
     if scaled and rollout is not None and rollout.serving:
@@ -238,7 +243,7 @@ def _reconcile_target(
         replicas = outcome.replicas
     if engine is not None:
         try:
-            rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings))
+            rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings, deployment))
         except RegistryError as error:
             log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
         except (ParseError, client.ApiException) as error:
