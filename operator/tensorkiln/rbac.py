@@ -79,32 +79,44 @@ CALLS: tuple[ApiCall, ...] = (
     ApiCall(
         "apps", "deployments/scale", ("patch",), WATCHED, "the SLO scaler sets replicas through the scale subresource"
     ),
-    ApiCall("", "configmaps", ("get", "create", "patch"), WATCHED, "Triton model configs: read, applied"),
-    ApiCall("", "services", ("get", "create", "patch"), WATCHED, "per-model and per-target Services: read, applied"),
+    ApiCall(
+        "",
+        "configmaps",
+        ("get", "list", "watch", "create", "patch"),
+        WATCHED,
+        "Triton model configs: watched (cache), read before one is created, applied",
+    ),
+    ApiCall(
+        "",
+        "services",
+        ("get", "list", "watch", "create", "patch"),
+        WATCHED,
+        "per-model and per-target Services: watched (cache), read before one is created, applied",
+    ),
     ApiCall(
         "policy",
         "poddisruptionbudgets",
-        ("get", "create", "patch", "delete"),
+        ("get", "list", "watch", "create", "patch", "delete"),
         WATCHED,
-        "from 2 replicas: read, applied; deleted below",
+        "from 2 replicas: watched (cache), read before one is created, applied; deleted below",
     ),
     ApiCall(
         "autoscaling",
         "horizontalpodautoscalers",
-        ("get", "create", "patch"),
+        ("get", "list", "watch", "create", "patch", "delete"),
         WATCHED,
-        "spec.slo.mode HPA: read, applied",
+        "spec.slo.mode HPA: watched (cache), read before one is created, applied; deleted in other modes",
     ),
     ApiCall("", "events", ("create",), WATCHED, "controllers.events and kopf's own warnings"),
     ApiCall(
         "",
         "persistentvolumeclaims",
-        ("get",),
+        ("get", "list", "watch"),
         WATCHED,
-        "admission checks (webhook and reconciler): pvc:// sources and the registry's claim exist",
+        "admission checks (webhook and reconciler): pvc:// sources and the registry's claim exist (cache)",
     ),
     # Cluster-scoped reads.
-    ApiCall("", "nodes", ("list",), CLUSTER, "hardware classes are discovered from node labels"),
+    ApiCall("", "nodes", ("list", "watch"), CLUSTER, "hardware classes are discovered from node labels (cache)"),
     ApiCall(
         "apiextensions.k8s.io",
         "customresourcedefinitions",

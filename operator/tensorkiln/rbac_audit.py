@@ -11,8 +11,10 @@ tests/integration/test_rbac_audit.py does that for the chart's operator reconcil
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from tensorkiln.rbac import Permission
 
@@ -124,3 +126,25 @@ def compare(observed: Observed, permissions: set[Permission]) -> Comparison:
     not_granted += [call for call in observed.non_resource if not _discovery(call)]
     unexercised = [p for p in permissions if not any(grants(p, call) for call in observed.calls)]
     return Comparison(tuple(sorted(not_granted, key=repr)), tuple(sorted(unexercised, key=repr)))
+
+
+def requests_since(
+    lines: Iterable[str], username: str, since: datetime, until: datetime | None = None
+) -> Counter[tuple[str, str]]:
+    """(verb, resource) -> how many requests `username` made from `since` (to `until`), watches
+    left out (a watch is the cache being kept, not a read)."""
+    counted: Counter[tuple[str, str]] = Counter()
+    for number, line in enumerate(lines, 1):
+        if username not in line:
+            continue
+        event = json.loads(line)
+        user = event.get("impersonatedUser") or _field(event, "user", number)
+        if user.get("username") != username or event.get("stage") != "ResponseComplete":
+            continue
+        received = datetime.fromisoformat(_field(event, "requestReceivedTimestamp", number))
+        if received < since or (until is not None and received > until):
+            continue
+        call = _calls(event, number)[0]
+        if call.verb != "watch":
+            counted[(call.verb, call.resource if isinstance(call, Permission) else call.path)] += 1
+    return counted

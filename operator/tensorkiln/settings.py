@@ -22,6 +22,11 @@ class Settings:
     prometheus_url: str | None = None
     # How often every InferenceModel is re-reconciled, so new node pools are picked up.
     resync_seconds: float = 10.0
+    # How often the SLO scaler evaluates each model with spec.slo.mode Operator (its own schedule,
+    # whatever else makes the model reconcile); unset: resync_seconds.
+    slo_period_seconds: float = 10.0
+    # Reconciles running at once (threads taking objects from the work queue).
+    reconcile_workers: int = 4
     # Port of the operator's Prometheus /metrics (0: not served).
     metrics_port: int = 9090
     # Port of kopf's health endpoint /healthz, for liveness and readiness probes (0: not served).
@@ -66,7 +71,9 @@ class Settings:
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
-            resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds)),
+            resync_seconds=(resync := float(os.environ.get("TENSORKILN_RESYNC_SECONDS", cls.resync_seconds))),
+            slo_period_seconds=float(os.environ.get("TENSORKILN_SLO_PERIOD_SECONDS") or resync),
+            reconcile_workers=int(os.environ.get("TENSORKILN_RECONCILE_WORKERS") or cls.reconcile_workers),
             metrics_port=int(os.environ.get("TENSORKILN_METRICS_PORT", cls.metrics_port)),
             health_port=int(os.environ.get("TENSORKILN_HEALTH_PORT", cls.health_port)),
             listen_address=os.environ.get("TENSORKILN_LISTEN_ADDRESS") or cls.listen_address,

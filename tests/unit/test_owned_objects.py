@@ -6,8 +6,8 @@ from tensorkiln.controllers.owned import (
     NameConflict,
     check_owner,
     holder,
-    needs_apply,
     ours_to_delete,
+    why_apply,
     with_hash,
 )
 
@@ -34,21 +34,23 @@ def test_an_object_of_another_owner_or_of_none_is_a_conflict_naming_it():
 def test_an_unchanged_desired_object_needs_no_write():
     desired = with_hash(service())
     observed = {**desired, "metadata": {**desired["metadata"], "resourceVersion": "7"}, "status": {}}
-    assert not needs_apply(observed, desired)
+    assert not why_apply(observed, desired)
 
 
 def test_a_dropped_field_is_seen_through_the_hash_though_every_desired_field_still_holds():
     before = with_hash(service(sessionAffinity="ClientIP"))
     after = with_hash(service())
     assert before["metadata"]["annotations"][DESIRED_HASH] != after["metadata"]["annotations"][DESIRED_HASH]
-    assert needs_apply(before, after)  # the apply then removes sessionAffinity (server-side apply)
+    # the apply then removes sessionAffinity (server-side apply)
+    assert why_apply(before, after) == "the desired object changed"
+    assert why_apply(None, after) == "new"
 
 
 def test_a_manual_edit_is_put_back():
     desired = with_hash(service())
     edited = with_hash(service())
     edited["spec"]["selector"] = {"app": "someone-else"}
-    assert needs_apply(edited, desired)
+    assert why_apply(edited, desired) == "spec.selector.app differs from the desired value"
 
 
 def test_the_hash_ignores_itself_and_keeps_other_annotations():

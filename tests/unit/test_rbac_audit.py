@@ -2,12 +2,13 @@
 the chart's operator (t-5720452f) reconciling a model, and two refusals made on purpose: a
 ServiceAccount listing Secrets, and one impersonating another that may not list ConfigMaps."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from tensorkiln import rbac
 from tensorkiln.rbac import Permission
-from tensorkiln.rbac_audit import NonResourceCall, Observed, compare, grants, observe
+from tensorkiln.rbac_audit import NonResourceCall, Observed, compare, grants, observe, requests_since
 
 LINES = (Path(__file__).parent / "rbac_audit_events.jsonl").read_text().splitlines()
 NS = "t-5720452f"
@@ -29,6 +30,14 @@ def test_the_operators_calls_as_the_permissions_they_needed():
     }
     assert observed.non_resource == {NonResourceCall("get", "/api")}
     assert not observed.forbidden
+
+
+def test_requests_since_count_by_verb_and_resource_without_watches():
+    everything = requests_since(LINES, OPERATOR, datetime(2000, 1, 1, tzinfo=UTC))
+    assert ("watch", "inferencemodels") not in everything
+    assert everything[("list", "nodes")] >= 1 and everything[("patch", "inferencemodels/status")] >= 1
+    assert everything[("get", "/api")] >= 1
+    assert requests_since(LINES, OPERATOR, datetime(2100, 1, 1, tzinfo=UTC)) == {}
 
 
 def test_refusals_are_kept_and_an_impersonated_request_is_the_impersonated_users():

@@ -3,7 +3,9 @@ showed a CPU target's Deployment applied again on every reconcile, 166 times in 
 five models).
 
 The API server omits empty lists and maps (a CPU target's `tolerations: []`), so the desired
-Deployment never looked contained in the observed one.
+Deployment never looked contained in the observed one. Likewise it omits `false` booleans: a
+registry on a PVC (`readOnly: false` on its claim) had every chart-installed model's Deployment
+applied again on every reconcile (found by tests/integration/test_rbac_audit.py's quiet minute).
 """
 
 import copy
@@ -13,7 +15,7 @@ from registry_fixtures import make_engine
 from tensorkiln.builders import serving
 from tensorkiln.controllers.diff import contains
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.controllers.owned import needs_apply, with_hash
+from tensorkiln.controllers.owned import why_apply, with_hash
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.settings import Settings
 
@@ -27,19 +29,19 @@ MODEL = {
 
 
 def as_stored(obj):
-    """What the API server returns: empty lists and maps left out, defaults added."""
+    """What the API server returns: empty lists and maps and false booleans left out."""
     if isinstance(obj, dict):
-        stored = {k: as_stored(v) for k, v in obj.items() if v not in ([], {})}
+        stored = {k: as_stored(v) for k, v in obj.items() if v not in ([], {}) and v is not False}
         return stored
     if isinstance(obj, list):
         return [as_stored(v) for v in obj]
     return obj
 
 
-def deployment(tmp_path: Path) -> dict:
+def deployment(tmp_path: Path, registry_uri: str = "file:///r") -> dict:
     spec = normalised_spec(MODEL)
     config_map = serving.build_config_map(MODEL, spec, CPU, make_engine(tmp_path).manifest, "python-backend")
-    return serving.build_deployment(MODEL, spec, CPU, "ab" * 32, config_map, 1, Settings(registry_uri="file:///r"))
+    return serving.build_deployment(MODEL, spec, CPU, "ab" * 32, config_map, 1, Settings(registry_uri=registry_uri))
 
 
 def test_a_cpu_targets_deployment_as_stored_needs_no_apply(tmp_path):
@@ -66,4 +68,11 @@ def test_the_hash_annotated_object_as_stored_needs_no_apply_either(tmp_path):
     desired = with_hash(deployment(tmp_path))
     observed = as_stored(desired)
     observed["metadata"]["resourceVersion"] = "42"
-    assert not needs_apply(observed, desired)
+    assert not why_apply(observed, desired)
+
+
+def test_a_registry_on_a_pvc_needs_no_apply_once_stored(tmp_path):
+    desired = with_hash(deployment(tmp_path, "pvc://engines/registry"))
+    assert any("persistentVolumeClaim" in v for v in desired["spec"]["template"]["spec"]["volumes"])
+    assert not why_apply(as_stored(desired), desired)
+    assert contains({}, {"readOnly": False}) and not contains({}, {"readOnly": True})

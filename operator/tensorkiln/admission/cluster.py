@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from kubernetes import client
+from kubernetes.dynamic.exceptions import DynamicApiError
 
 from tensorkiln.admission import checks
 from tensorkiln.builders.compilejob import build_compile_job
@@ -17,18 +18,18 @@ from tensorkiln.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def exists_in(core: client.CoreV1Api, namespace: str) -> checks.Exists:
-    """exists(kind, name) by a GET: False on 404; None (not checked) when forbidden or failing."""
-    readers = {
-        "PersistentVolumeClaim": core.read_namespaced_persistent_volume_claim,
-        "Secret": core.read_namespaced_secret,
-    }
+def exists_in(state: ClusterState, namespace: str) -> checks.Exists:
+    """exists(kind, name): False when absent; None (not checked) when forbidden or failing.
+    PersistentVolumeClaims come from the watch cache where it serves them; a Secret is asked
+    for by name (the chart grants Secrets by name only, so they are never watched or listed)."""
 
     def exists(kind: str, name: str) -> bool | None:
         try:
+            if kind == "PersistentVolumeClaim":
+                return state.get("v1", kind, namespace, name) is not None
             # Only whether it is there: a Secret's data is never looked at.
-            readers[kind](name, namespace, _preload_content=False).release_conn()
-        except client.ApiException as error:
+            state.core.read_namespaced_secret(name, namespace, _preload_content=False).release_conn()
+        except (client.ApiException, DynamicApiError) as error:
             if error.status == 404:
                 return False
             log.debug("cannot check %s %s/%s: %s %s", kind, namespace, name, error.status, error.reason)
@@ -80,7 +81,7 @@ def review(
         spec,
         namespace,
         file_roots=settings.model_file_roots,
-        exists=exists_in(state.core, namespace),
+        exists=exists_in(state, namespace),
         nodes=nodes,
         measured=checks.measured_latencies(manifests),
         registry_uri=settings.registry_uri,

@@ -470,7 +470,11 @@ class TargetSLOStatus(KubeModel):
         None, max_length=64, description="Reason of the last decision: ScaledUp, ScaledDown, SLOMet, NoMetrics, ..."
     )
     last_decision_message: str | None = Field(None, max_length=1024, description="Why, with the figures.")
-    last_decision_time: datetime | None = Field(None, description="When the last decision was taken (RFC 3339).")
+    last_decision_time: datetime | None = Field(
+        None,
+        description="When the last decision was first reached (RFC 3339); kept while the same decision "
+        "(reason and replicas) repeats.",
+    )
     last_scale_time: datetime | None = Field(
         None, description="When replicas last changed for the SLO (RFC 3339); the cooldown counts from it."
     )

@@ -1,10 +1,13 @@
-"""kopf handler registrations: each handler reads the event, calls a reconciler, nothing more.
+"""kopf handler registrations: each handler reads the event and queues the object it concerns.
 
-Reconciliation is level-based. create/update/resume handlers react promptly; event handlers
-on Jobs, pods and CompileJobs forward progress to the object that owns them; and one
-operator-wide resync loop re-runs every object, so that a missed event, a restart or a new
-node pool converges. (kopf's per-object timers would put a finalizer on every object, which
-would block deletion whenever the operator is down; the resync loop needs none.)
+Reconciliation is level-based and goes through one work queue (controllers.workqueue): a few
+worker threads, one reconcile at a time per object, a failing object retried after its backoff,
+an SLO model again on the scaler's period. create/update/resume handlers queue the object itself;
+event handlers on Jobs, pods, CompileJobs and Deployments queue the object that owns them; and
+one operator-wide resync loop queues every object, so that a missed event, a restart or a new
+node pool converges. Reconciles and the resync read from the watch cache (controllers.cache),
+so in steady state they make no GET or LIST. (kopf's per-object timers would put a finalizer on
+every object, which would block deletion whenever the operator is down; the resync loop needs none.)
 """
 
 import asyncio
@@ -20,9 +23,9 @@ from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
 from tensorkiln import apierrors, kube, peering
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln.api import API_VERSION, GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
-from tensorkiln.controllers import compilejob, events, failures, inferencemodel
+from tensorkiln.controllers import cache, compilejob, events, failures, inferencemodel, workqueue
 from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import logs
@@ -42,12 +45,14 @@ CJ = (GROUP, VERSION, "compilejobs")
 # Empty: all namespaces. Set by the runner before the operator starts.
 WATCHED_NAMESPACES: list[str] = []
 log = logging.getLogger(__name__)
+CACHE = cache.WatchCache()
+cache.register(CACHE)
 
 
 def state() -> ClusterState:
     global _state
     if _state is None:
-        _state = ClusterState(kube.api_client())
+        _state = ClusterState(kube.api_client(), CACHE)
     return _state
 
 
@@ -63,7 +68,8 @@ def registry() -> Registry:
 def scaler() -> Scaler:
     global _scaler
     if _scaler is None:
-        _scaler = Scaler(metrics.connect(SETTINGS.prometheus_url) if SETTINGS.prometheus_url else None)
+        prometheus = metrics.connect(SETTINGS.prometheus_url) if SETTINGS.prometheus_url else None
+        _scaler = Scaler(prometheus, period=SETTINGS.slo_period_seconds)
     return _scaler
 
 
@@ -167,7 +173,10 @@ def _paused() -> bool:
 
 
 def _list(plural: str) -> list[dict]:
-    custom = state().custom
+    kind = {"inferencemodels": "InferenceModel", "compilejobs": "CompileJob"}[plural]
+    if CACHE.serves(kind):
+        return CACHE.all(kind)
+    custom = state().custom  # before kopf's first listing
     if not WATCHED_NAMESPACES:
         return custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
     return [
@@ -178,8 +187,9 @@ def _list(plural: str) -> list[dict]:
 
 
 def resync_all() -> None:
-    """Re-run every InferenceModel and CompileJob; one failing object never stops the others."""
-    for plural, reconcile_one in (("inferencemodels", _inference_model), ("compilejobs", _compile_job)):
+    """Queue every InferenceModel and CompileJob: the queue runs each, one failing object never
+    stops the others, and one already queued is not queued twice."""
+    for plural in ("inferencemodels", "compilejobs"):
         try:
             objects = _list(plural)
         except client.ApiException as error:
@@ -192,7 +202,7 @@ def resync_all() -> None:
             own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)
         for obj in objects:
             if not obj["metadata"].get("deletionTimestamp"):
-                reconcile_one(obj)  # a failure goes to the object's status (_guarded), never up
+                enqueue(obj)
 
 
 def _plain(body) -> dict:
@@ -200,13 +210,55 @@ def _plain(body) -> dict:
     return dict(body)
 
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+# Every reconcile goes through this queue (controllers.workqueue): one at a time per object, at
+# most `reconcile_workers` at once, retried after its backoff, SLO models again on their period.
+QUEUE = workqueue.WorkQueue()
+own_metrics.WORKQUEUE_DEPTH.set_function(lambda: len(QUEUE))
+_forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
+_forced_guard = threading.Lock()
 
 
-def _lock_of(key: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(key, threading.Lock())
+def enqueue(body, forced: bool = False, after: float = 0.0) -> None:
+    meta = body["metadata"]
+    item = (body["kind"], meta["namespace"], meta["name"])
+    if forced:
+        with _forced_guard:
+            _forced.add(item)
+    QUEUE.add(item, after)
+
+
+def _process(item: tuple[str, str, str]) -> None:
+    """One queued object, as the cache has it now (gone or being deleted: nothing to do)."""
+    kind, namespace, name = item
+    with _forced_guard:
+        forced = item in _forced
+        _forced.discard(item)
+    if _paused_by:
+        return  # a peer acts; the resync queues everything again once it leaves
+    body = state().get(API_VERSION, kind, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    reconcile = _inference_model if kind == "InferenceModel" else _compile_job
+    retry_in = reconcile(body, forced)
+    if retry_in is not None:
+        QUEUE.add(item, retry_in)
+    elif kind == "InferenceModel" and _scaled_by_operator(body):
+        QUEUE.add(item, SETTINGS.slo_period_seconds)  # the scaler's own schedule
+
+
+def _scaled_by_operator(model: dict) -> bool:
+    slo = model.get("spec", {}).get("slo")
+    return slo is not None and slo.get("mode", "Operator") == "Operator"
+
+
+@kopf.on.startup()
+def start_workers(memo: kopf.Memo, **_) -> None:
+    memo["workers"] = QUEUE.run_workers(SETTINGS.reconcile_workers, _process)
+
+
+@kopf.on.cleanup()
+def stop_workers(**_) -> None:
+    QUEUE.shutdown()
 
 
 def _observed(kind: str):
@@ -226,26 +278,25 @@ def _observed(kind: str):
 FAILURES = failures.FailureTracker()
 
 
-def _guarded(body, forced: bool, reconcile_one, condition_type: str) -> None:
-    """Reconcile one object, one reconcile of it at a time (a handler thread and the resync thread
-    must not both act); a failure goes to its status (controllers.failures), never up. The resync
-    and owned objects' events leave a failing object alone until its backoff ends; `forced` (its
-    spec changed) tries now."""
+def _guarded(body, forced: bool, reconcile_one, condition_type: str) -> float | None:
+    """Reconcile one object; a failure goes to its status (controllers.failures), never up.
+    Returns the seconds until it should be tried again (its backoff), None when it succeeded.
+    Within its backoff it is not tried, unless `forced` (its spec changed)."""
     obj = _plain(body)
     key = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
-    if not forced and FAILURES.wait_left(key, time.monotonic()) > 0:
-        return
-    with _lock_of(key):
-        try:
-            reconcile_one(obj)
-        except Exception as error:
-            if _gone(error):
-                with logs.about(obj):
-                    log.info("reconcile of %s skipped: %s", key, error.summary())
-            else:
-                _reconcile_failed(obj, key, error, condition_type)
-            return
+    wait = FAILURES.wait_left(key, time.monotonic())
+    if not forced and wait > 0:
+        return wait
+    try:
+        reconcile_one(obj)
+    except Exception as error:
+        if _gone(error):
+            with logs.about(obj):
+                log.info("reconcile of %s skipped: %s", key, error.summary())
+            return None
+        return _reconcile_failed(obj, key, error, condition_type)
     FAILURES.succeeded(key)
+    return None
 
 
 def _gone(error: Exception) -> bool:
@@ -255,7 +306,7 @@ def _gone(error: Exception) -> bool:
     return isinstance(error, ForbiddenError) and "because it is being terminated" in str(error.body)
 
 
-def _reconcile_failed(obj: dict, key: str, error: Exception, condition_type: str) -> None:
+def _reconcile_failed(obj: dict, key: str, error: Exception, condition_type: str) -> float:
     recorded = FAILURES.failed(key, error, time.monotonic())
     message = apierrors.describe(error)
     line = "reconcile of %s failed (attempt %d; next try in %.0f s): %s"
@@ -272,10 +323,11 @@ def _reconcile_failed(obj: dict, key: str, error: Exception, condition_type: str
                 events.post(state().core, obj, "Warning", failures.REASON, message)
         except Exception as unreported:  # e.g. its namespace is terminating: the log line is all there is
             log.warning("status of %s not written: %s", key, apierrors.describe(unreported))
+    return recorded.retry_in
 
 
-def _inference_model(body, forced: bool = False) -> None:
-    _guarded(body, forced, _reconcile_inference_model, "Ready")
+def _inference_model(body, forced: bool = False) -> float | None:
+    return _guarded(body, forced, _reconcile_inference_model, "Ready")
 
 
 @_observed("InferenceModel")
@@ -288,12 +340,12 @@ def _reconcile_inference_model(model: dict) -> None:
 @kopf.on.create(*IM)
 @kopf.on.update(*IM, field="spec")
 def inference_model_changed(body, **_) -> None:
-    _inference_model(body, forced=True)
+    enqueue(body, forced=True)
 
 
-def _compile_job(body, forced: bool = False) -> None:
+def _compile_job(body, forced: bool = False) -> float | None:
     # A CompileJob has no Ready; its `Reconciled` condition appears only while reconciling it fails.
-    _guarded(body, forced, _reconcile_compile_job, compilejob.RECONCILED)
+    return _guarded(body, forced, _reconcile_compile_job, compilejob.RECONCILED)
 
 
 @_observed("CompileJob")
@@ -312,17 +364,7 @@ def _reconcile_compile_job(body: dict) -> None:
 @kopf.on.create(*CJ)
 @kopf.on.update(*CJ, field="spec")
 def compile_job_changed(body, **_) -> None:
-    _compile_job(body, forced=True)
-
-
-def _reconcile_compile_job_named(namespace: str, name: str) -> None:
-    try:
-        body = state().custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "compilejobs", name)
-    except client.ApiException as error:
-        if error.status == 404:
-            return  # being garbage-collected with its owner
-        raise
-    _compile_job(body)
+    enqueue(body, forced=True)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={COMPILE_JOB: kopf.PRESENT})
@@ -330,7 +372,8 @@ def _reconcile_compile_job_named(namespace: str, name: str) -> None:
 def compile_workload_event(body, type, **_) -> None:
     if type is None:
         return  # initial listing: resume handlers cover it
-    _reconcile_compile_job_named(body["metadata"]["namespace"], body["metadata"]["labels"][COMPILE_JOB])
+    meta = body["metadata"]
+    enqueue({"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": meta["labels"][COMPILE_JOB]}})
 
 
 @kopf.on.event(*CJ)
@@ -342,12 +385,4 @@ def owned_object_event(body, type, **_) -> None:
     owner = next((o for o in body["metadata"].get("ownerReferences", []) if o["kind"] == "InferenceModel"), None)
     if owner is None:
         return
-    try:
-        model = state().custom.get_namespaced_custom_object(
-            GROUP, VERSION, body["metadata"]["namespace"], "inferencemodels", owner["name"]
-        )
-    except client.ApiException as error:
-        if error.status == 404:
-            return
-        raise
-    _inference_model(model)
+    enqueue({"kind": "InferenceModel", "metadata": {"namespace": body["metadata"]["namespace"], "name": owner["name"]}})

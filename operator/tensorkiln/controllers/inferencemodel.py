@@ -52,13 +52,13 @@ def invalid_spec_status(model: dict, reason: str, problems: str, now: datetime) 
 def _apply_if_changed(state: ClusterState, model: dict, desired: dict, observed: dict | None) -> dict:
     """One object, planned alone: applied when changed, dropped from or edited by hand; never over
     an object another owner controls (owned.NameConflict)."""
-    steps = plan([desired], {desired["kind"]: observed}, model["metadata"]["uid"])
-    return _apply(state, steps.applies[0]) if steps.applies else observed
+    steps = plan([desired], state.confirm({desired["kind"]: observed}, [desired]), model["metadata"]["uid"])
+    return _apply(state, steps.applies[0], steps.reasons[0]) if steps.applies else observed
 
 
-def _apply(state: ClusterState, desired: dict) -> dict:
+def _apply(state: ClusterState, desired: dict, why: str) -> dict:
     meta = desired["metadata"]
-    log.info("applying %s %s/%s", desired["kind"], meta["namespace"], meta["name"])
+    log.info("applying %s %s/%s: %s", desired["kind"], meta["namespace"], meta["name"], why)
     try:
         return state.apply(desired)
     except Exception as error:
@@ -96,11 +96,12 @@ def _roll_out(
         serving.build_target_service(model, target),
         serving.build_pdb(model, target, replicas),
     ]
-    steps = plan([d for d in desired if d is not None], observed, model["metadata"]["uid"],
+    desired = [d for d in desired if d is not None]
+    steps = plan(desired, state.confirm(observed, desired), model["metadata"]["uid"],
                  replicas if slo_mode == "Operator" else None)  # fmt: skip
     deployment = observed["Deployment"]
-    for obj in steps.applies:
-        applied = _apply(state, obj)
+    for obj, why in zip(steps.applies, steps.reasons):
+        applied = _apply(state, obj, why)
         if obj["kind"] == "Deployment":
             deployment = applied
     for api_version, kind, gone in steps.deletes:
@@ -109,7 +110,7 @@ def _roll_out(
     # After the apply: dropping `replicas` from the applied Deployment resets it to the default.
     if steps.replicas is not None and deployment["spec"].get("replicas") != steps.replicas:
         log.info("scaling Deployment %s/%s to %d replicas", namespace, name, steps.replicas)
-        deployment = state.scale_deployment(namespace, name, steps.replicas)
+        deployment = state.scale_deployment(deployment, steps.replicas)
     return deployment
 
 

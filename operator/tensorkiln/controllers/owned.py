@@ -9,7 +9,7 @@
 """
 
 from tensorkiln.builders.naming import digest
-from tensorkiln.controllers.diff import contains
+from tensorkiln.controllers.diff import first_difference
 
 DESIRED_HASH = "tensorkiln.dev/desired-hash"
 
@@ -57,12 +57,15 @@ def _without(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if k != "annotations"}
 
 
-def needs_apply(observed: dict | None, desired: dict) -> bool:
-    """`desired` as `with_hash` made it."""
+def why_apply(observed: dict | None, desired: dict) -> str | None:
+    """Why `desired` (as `with_hash` made it) must be applied over `observed`; None: it need not."""
     if observed is None:
-        return True
+        return "new"
     applied = (observed.get("metadata", {}).get("annotations") or {}).get(DESIRED_HASH)
-    return applied != desired["metadata"]["annotations"][DESIRED_HASH] or not contains(observed, desired)
+    if applied != desired["metadata"]["annotations"][DESIRED_HASH]:
+        return "the desired object changed"
+    drifted = first_difference(observed, desired)
+    return None if drifted is None else f"{drifted} differs from the desired value"
 
 
 def ours_to_delete(observed: dict | None, owner_uid: str) -> bool:

@@ -25,22 +25,24 @@ class Plan:
     applies: tuple[dict, ...] = ()  # desired objects, hash-annotated, in apply order
     deletes: tuple[tuple[str, str, str], ...] = ()  # (apiVersion, kind, name): owned, no longer wanted
     replicas: int | None = None  # through the scale subresource (the scaler's); None: the Deployment's own
+    reasons: tuple[str, ...] = ()  # why each of `applies` is applied (owned.why_apply), for the log
 
 
 def plan(desired: list[dict], observed: dict[str, dict | None], owner_uid: str, replicas: int | None = None) -> Plan:
     """`observed`: by kind, what exists under the target's name (None: nothing). Raises
     owned.NameConflict when a desired name is held by an object this owner does not control."""
-    applies, wanted = [], set()
+    applies, reasons, wanted = [], [], set()
     for obj in desired:
         found = observed.get(obj["kind"])
         owned.check_owner(found, obj, owner_uid)
         hashed = owned.with_hash(obj)
         wanted.add(obj["kind"])
-        if owned.needs_apply(found, hashed):
+        if why := owned.why_apply(found, hashed):
             applies.append(hashed)
+            reasons.append(why)
     deletes = [
         (api_version, kind, found["metadata"]["name"])
         for api_version, kind in GATHERED
         if kind not in wanted and owned.ours_to_delete(found := observed.get(kind), owner_uid)
     ]
-    return Plan(tuple(applies), tuple(deletes), replicas)
+    return Plan(tuple(applies), tuple(deletes), replicas, tuple(reasons))

@@ -7,7 +7,7 @@ restarted operator keeps its cooldown and repeats no action.
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
@@ -53,8 +53,12 @@ def _parse_time(value: str | None) -> float | None:
 
 
 class Scaler:
-    def __init__(self, prometheus):
+    def __init__(self, prometheus, period: float = 0.0):
         self.prometheus = prometheus  # a PrometheusConnect, or None when no URL is configured
+        # Each target is evaluated at most once a period; a reconcile in between (an owned
+        # object's event) gets the last outcome, without its Events, which were posted already.
+        self.period = period
+        self._outcomes: dict[tuple[str, str, str], tuple[float, Outcome]] = {}
         self._history: dict[tuple[str, str, str], list[Sample]] = {}
         self._last_scale: dict[tuple[str, str, str], float] = {}
         self._warned_max: set[tuple[str, str, str]] = set()
@@ -70,6 +74,19 @@ class Scaler:
 
     def evaluate(self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict) -> Outcome:
         """Desired replicas for a serving target under spec.slo; `previous` is its last slo status."""
+        meta = model["metadata"]
+        key, now = (meta["namespace"], meta["name"], target.name), time.monotonic()
+        with self._lock:
+            last = self._outcomes.get(key)
+        if last is not None and now - last[0] < self.period:
+            outcome = last[1]
+            return replace(outcome, replicas=outcome.replicas if outcome.decision else rollout.replicas, events=())
+        outcome = self._evaluate(model, spec, target, rollout, previous)
+        with self._lock:
+            self._outcomes[key] = (now, outcome)
+        return outcome
+
+    def _evaluate(self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict) -> Outcome:
         meta = model["metadata"]
         hold = rollout.replicas
         if target.simulated:
@@ -106,6 +123,7 @@ class Scaler:
             self._warned_max.add(key)  # once per stay at the maximum
         elif decision.slo_met:
             self._warned_max.discard(key)
+        same = (previous.get("lastDecision"), previous.get("desiredReplicas")) == (decision.reason, decision.replicas)
         status = {
             "observedMilliseconds": round(latency, 3),
             "latencySource": "idle" if idle else obs.latency_source,
@@ -113,7 +131,10 @@ class Scaler:
             "desiredReplicas": decision.replicas,
             "lastDecision": decision.reason,
             "lastDecisionMessage": decision.message[:1024],
-            "lastDecisionTime": _format_time(now),
+            # When this decision was first reached: an unchanged decision leaves status unchanged.
+            "lastDecisionTime": previous["lastDecisionTime"]
+            if same and previous.get("lastDecisionTime")
+            else _format_time(now),
         }
         if obs.queue_ms is not None:
             status["queueMilliseconds"] = round(obs.queue_ms, 3)

@@ -1,4 +1,7 @@
-"""Reading cluster state as plain camelCase dicts, the form the pure functions take."""
+"""Reading cluster state as plain camelCase dicts, the form the pure functions take.
+
+In the operator, reads come from its watch cache (controllers.cache) once kopf has filled it;
+without one (the CLI, tests, the moments before the first listing) they go to the API server."""
 
 import threading
 import time
@@ -10,6 +13,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
+from tensorkiln.controllers.cache import JOB_NAME, WatchCache
 from tensorkiln.hardware.classes import is_simulated
 from tensorkiln.registry import EngineManifest, Registry
 
@@ -19,8 +23,9 @@ class ClusterState:
 
     NODE_TTL_SECONDS = 2.0
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, cache: WatchCache | None = None):
         self.api = api
+        self.cache = cache
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.apps = client.AppsV1Api(api)
@@ -34,8 +39,13 @@ class ClusterState:
     def _plain(self, obj) -> dict:
         return self.api.sanitize_for_serialization(obj)
 
+    def _cached(self, kind: str) -> bool:
+        return self.cache is not None and self.cache.serves(kind)
+
     def nodes(self) -> list[dict]:
-        """All nodes, listed at most every NODE_TTL_SECONDS: many models reconcile at once."""
+        """All nodes; without the cache listed at most every NODE_TTL_SECONDS (many models reconcile at once)."""
+        if self._cached("Node"):
+            return self.cache.all("Node")
         with self._lock:
             if time.monotonic() - self._nodes_at > self.NODE_TTL_SECONDS:
                 self._nodes = [self._plain(n) for n in self.core.list_node().items]
@@ -46,24 +56,33 @@ class ClusterState:
         return {n["metadata"]["name"] for n in self.nodes() if is_simulated(n)}
 
     def compile_jobs(self, namespace: str, model: str) -> list[dict]:
+        if self._cached("CompileJob"):
+            return self.cache.select("CompileJob", namespace, labels.MODEL, model)
         listing = self.custom.list_namespaced_custom_object(
             GROUP, VERSION, namespace, "compilejobs", label_selector=f"{labels.MODEL}={model}"
         )
         return listing["items"]
 
     def jobs(self, namespace: str, compile_job: str) -> list[dict]:
+        if self._cached("Job"):
+            return self.cache.select("Job", namespace, labels.COMPILE_JOB, compile_job)
         listing = self.batch.list_namespaced_job(namespace, label_selector=f"{labels.COMPILE_JOB}={compile_job}")
         return [self._plain(j) for j in listing.items]
 
     def pods(self, namespace: str, labels_: dict[str, str]) -> list[dict]:
+        if self._cached("Pod") and labels.MODEL in labels_:
+            found = self.cache.select("Pod", namespace, labels.MODEL, labels_[labels.MODEL])
+            return [p for p in found if labels_.items() <= (p["metadata"].get("labels") or {}).items()]
         selector = ",".join(f"{k}={v}" for k, v in labels_.items())
         return [self._plain(p) for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items]
 
     def newest_pod(self, namespace: str, job_name: str) -> dict | None:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items
-        if not pods:
-            return None
-        return self._plain(max(pods, key=lambda p: p.metadata.creation_timestamp))
+        if self._cached("Pod"):
+            pods = self.cache.select("Pod", namespace, JOB_NAME, job_name)
+        else:
+            listing = self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME}={job_name}").items
+            pods = [self._plain(p) for p in listing]
+        return max(pods, key=lambda p: p["metadata"]["creationTimestamp"], default=None)
 
     def delete_job(self, namespace: str, name: str) -> None:
         try:
@@ -79,10 +98,29 @@ class ClusterState:
         return self._manifests[digest]
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+        """From the cache where it serves `kind` (which holds only our labelled owned objects:
+        see `confirm`), else from the API server."""
+        if self._cached(kind):
+            return self.cache.get(kind, namespace, name)
+        return self.read(api_version, kind, namespace, name)
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+        """From the API server, always."""
         try:
             return self.dynamic.resources.get(api_version=api_version, kind=kind).get(name, namespace).to_dict()
         except NotFoundError:
             return None
+
+    def confirm(self, observed: dict[str, dict | None], desired: list[dict]) -> dict[str, dict | None]:
+        """`observed` (by kind), with what the API server holds under each desired name the cache
+        has nothing under: we are about to create it, and the cache would not show an object that
+        is not ours (owned.check_owner must see it). Only creations cost this GET."""
+        confirmed = dict(observed)
+        for obj in desired:
+            if confirmed.get(obj["kind"]) is None and self._cached(obj["kind"]):
+                meta = obj["metadata"]
+                confirmed[obj["kind"]] = self.read(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return confirmed
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         try:
@@ -90,15 +128,27 @@ class ClusterState:
         except NotFoundError:
             pass
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict:
-        """Set replicas through the scale subresource, as an autoscaler does; returns the Deployment."""
-        self.apps.patch_namespaced_deployment_scale(
-            name, namespace, {"spec": {"replicas": replicas}}, field_manager=kube.FIELD_MANAGER
+    def _wrote(self, obj: dict) -> dict:
+        if self.cache is not None:
+            self.cache.wrote(obj)
+        return obj
+
+    def scale_deployment(self, deployment: dict, replicas: int) -> dict:
+        """Set replicas through the scale subresource, as an autoscaler does; returns the
+        Deployment with them (its status catches up in the watch event that follows)."""
+        meta = deployment["metadata"]
+        scale = self.apps.patch_namespaced_deployment_scale(
+            meta["name"], meta["namespace"], {"spec": {"replicas": replicas}}, field_manager=kube.FIELD_MANAGER
         )
-        return self._plain(self.apps.read_namespaced_deployment(name, namespace))
+        scaled = {
+            **deployment,
+            "metadata": {**meta, "resourceVersion": scale.metadata.resource_version},
+            "spec": {**deployment["spec"], "replicas": replicas},
+        }
+        return self._wrote(scaled)
 
     def apply(self, obj: dict) -> dict:
-        return kube.apply(self.dynamic, obj).to_dict()
+        return self._wrote(kube.apply(self.dynamic, obj).to_dict())
 
     def apply_status(self, obj: dict, status: dict) -> None:
         """Write status; an object deleted since it was read has nothing left to report."""
@@ -109,6 +159,6 @@ class ClusterState:
             "status": status,
         }
         try:
-            kube.apply(self.dynamic, body, subresource="status")
+            self._wrote(kube.apply(self.dynamic, body, subresource="status").to_dict())
         except NotFoundError:
             pass

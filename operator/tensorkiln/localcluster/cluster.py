@@ -33,6 +33,15 @@ AUDIT_POLICY = paths.LOCALCLUSTER_DIR / "audit-policy.yaml"
 AUDIT_LOG = paths.KWOK_CLUSTER_DIR / "logs" / "audit.log"
 
 
+def audit_lines() -> list[str]:
+    """Complete lines of the audit log and its rotated backup (the last line may be mid-write)."""
+    lines = []
+    for path in sorted(AUDIT_LOG.parent.glob("audit*.log")):
+        text = path.read_text()
+        lines += text[: text.rfind("\n") + 1].splitlines()
+    return lines
+
+
 def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(paths.BIN_DIR / "kwokctl"), "--name", paths.CLUSTER_NAME, *args],

@@ -13,7 +13,9 @@ its tests read NAMES. Recording never raises into a reconciler: metrics must not
 - watch reconnects by reason: kopf has no hook for them, so `WatchReconnectCounter` reads kopf's
   own log records of its watch streams (see its docstring for what is and is not counted);
 - per target: the replicas and ready replicas the operator last reported in status, and the
-  model's SLO target in milliseconds.
+  model's SLO target in milliseconds;
+- the work queue's depth: objects waiting for a reconcile (due or not yet: backoffs, the SLO
+  scaler's schedule).
 """
 
 import logging
@@ -73,6 +75,9 @@ TARGET_READY_REPLICAS = Gauge(
 SLO_TARGET = Gauge(
     "tensorkiln_slo_target_milliseconds", "The model's latency SLO target (spec.slo.targetMilliseconds).", _TARGET
 )
+WORKQUEUE_DEPTH = Gauge(
+    "tensorkiln_workqueue_depth", "Objects in the reconcile work queue (due now or later: backoffs, SLO schedule)."
+)
 
 # Exposition names (counters get `_total`, histograms `_bucket`/`_sum`/`_count`).
 NAMES = frozenset(
@@ -89,6 +94,7 @@ NAMES = frozenset(
         "tensorkiln_target_replicas",
         "tensorkiln_target_ready_replicas",
         "tensorkiln_slo_target_milliseconds",
+        "tensorkiln_workqueue_depth",
     }
 )
 
