@@ -87,3 +87,18 @@ def test_workers_process_every_key_one_at_a_time_and_survive_exceptions():
         thread.join(timeout=2)
     assert not overlap and {"a", "b", "c", "boom"} <= set(seen)
     assert not any(t.is_alive() for t in threads)
+
+
+def test_the_longest_running_key_is_known():
+    clock = Clock()
+    queue = WorkQueue(clock)
+    assert queue.longest_running() == (None, 0.0)
+    queue.add("a")
+    queue.add("b", after=5)
+    queue.get(timeout=0)
+    clock.now = 5
+    queue.get(timeout=0)
+    clock.now = 30
+    assert queue.longest_running() == ("a", 30)
+    queue.done("a")
+    assert queue.longest_running() == ("b", 25)

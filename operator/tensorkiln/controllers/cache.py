@@ -112,6 +112,10 @@ class WatchCache:
         """kopf runs resource handlers only once every index holds its initial listing."""
         self._filled.set()
 
+    @property
+    def filled(self) -> bool:
+        return self._filled.is_set()
+
     def serves(self, kind: str) -> bool:
         return self._filled.is_set() and kind in self._indexes
 
@@ -177,6 +181,8 @@ def register(cache: WatchCache) -> None:
     def attach_cache(**kwargs) -> None:  # kopf passes every index by its handler's id
         cache.attach(kwargs)
 
-    @kopf.on.event("", "v1", "nodes")
-    async def cache_filled(**_) -> None:  # the first resource event comes after every initial listing
+    # The first resource event comes after every initial listing; once filled, the filter keeps
+    # the handler (and kopf's log line for it) off every later node event.
+    @kopf.on.event("", "v1", "nodes", when=lambda **_: not cache.filled)
+    async def cache_filled(**_) -> None:
         cache.mark_filled()

@@ -200,6 +200,9 @@ def resync_all() -> None:
             continue
         if plural == "inferencemodels":
             own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)
+            key, running = QUEUE.longest_running()
+            if running > STUCK_SECONDS:
+                log.warning("the reconcile of %s %s/%s has run for %.0f s", *key, running)
         for obj in objects:
             if not obj["metadata"].get("deletionTimestamp"):
                 enqueue(obj)
@@ -214,6 +217,8 @@ def _plain(body) -> dict:
 # most `reconcile_workers` at once, retried after its backoff, SLO models again on their period.
 QUEUE = workqueue.WorkQueue()
 own_metrics.WORKQUEUE_DEPTH.set_function(lambda: len(QUEUE))
+own_metrics.WORKQUEUE_LONGEST_RUNNING.set_function(lambda: QUEUE.longest_running()[1])
+STUCK_SECONDS = 120  # a reconcile running longer is reported at every resync pass
 _forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
 _forced_guard = threading.Lock()
 

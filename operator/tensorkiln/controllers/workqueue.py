@@ -4,6 +4,8 @@
 - One worker at a time has a key: a key added while being processed is processed again after.
 - `add(key, after=...)` delays it: a failure's backoff, the SLO scaler's next evaluation.
 - `workers` threads take keys as they fall due; `shutdown` ends them.
+- `longest_running` says which key a worker has had the longest: a reconcile that hangs would
+  otherwise stop its object silently (it is never handed to another worker meanwhile).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class WorkQueue:
         self._clock = clock
         self._heap: list[tuple[float, int, Hashable]] = []
         self._due: dict[Hashable, float] = {}  # queued keys, by when they fall due
-        self._processing: set[Hashable] = set()
+        self._processing: dict[Hashable, float] = {}  # keys a worker has, since when
         self._again: dict[Hashable, float] = {}  # added while processing: queued when done
         self._order = itertools.count()
         self._changed = threading.Condition()
@@ -59,7 +61,7 @@ class WorkQueue:
                 if self._heap and self._heap[0][0] <= now:
                     _, _, key = heapq.heappop(self._heap)
                     del self._due[key]
-                    self._processing.add(key)
+                    self._processing[key] = now
                     return key
                 wait = self._heap[0][0] - now if self._heap else None
                 if deadline is not None:
@@ -72,11 +74,19 @@ class WorkQueue:
 
     def done(self, key: Hashable) -> None:
         with self._changed:
-            self._processing.discard(key)
+            self._processing.pop(key, None)
             if key in self._again:
                 due = self._again.pop(key)
                 if key not in self._due or due < self._due[key]:
                     self._push(key, due)
+
+    def longest_running(self) -> tuple[Hashable | None, float]:
+        """The key a worker has had the longest, and for how many seconds (None, 0.0: none)."""
+        with self._changed:
+            if not self._processing:
+                return None, 0.0
+            key, since = min(self._processing.items(), key=lambda item: item[1])
+            return key, self._clock() - since
 
     def shutdown(self) -> None:
         with self._changed:

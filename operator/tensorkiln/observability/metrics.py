@@ -15,7 +15,7 @@ its tests read NAMES. Recording never raises into a reconciler: metrics must not
 - per target: the replicas and ready replicas the operator last reported in status, and the
   model's SLO target in milliseconds;
 - the work queue's depth: objects waiting for a reconcile (due or not yet: backoffs, the SLO
-  scaler's schedule).
+  scaler's schedule), and how long the longest reconcile running now has run.
 """
 
 import logging
@@ -78,6 +78,9 @@ SLO_TARGET = Gauge(
 WORKQUEUE_DEPTH = Gauge(
     "tensorkiln_workqueue_depth", "Objects in the reconcile work queue (due now or later: backoffs, SLO schedule)."
 )
+WORKQUEUE_LONGEST_RUNNING = Gauge(
+    "tensorkiln_workqueue_longest_running_seconds", "How long the longest reconcile running now has been running."
+)
 
 # Exposition names (counters get `_total`, histograms `_bucket`/`_sum`/`_count`).
 NAMES = frozenset(
@@ -95,6 +98,7 @@ NAMES = frozenset(
         "tensorkiln_target_ready_replicas",
         "tensorkiln_slo_target_milliseconds",
         "tensorkiln_workqueue_depth",
+        "tensorkiln_workqueue_longest_running_seconds",
     }
 )
 
