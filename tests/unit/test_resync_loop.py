@@ -30,6 +30,9 @@ def test_the_loop_keeps_going_after_a_failed_pass(monkeypatch):
             raise RuntimeError("anything at all")
 
     monkeypatch.setattr(handlers, "resync_all", resync_all)
+    filled = handlers.cache.WatchCache()
+    filled.mark_filled()  # kopf's first listing is done
+    monkeypatch.setattr(handlers, "CACHE", filled)
     monkeypatch.setattr(handlers, "SETTINGS", handlers.SETTINGS.__class__(resync_seconds=0.01))
 
     async def run_a_while():

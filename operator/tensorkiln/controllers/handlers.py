@@ -139,6 +139,8 @@ async def _resync_forever() -> None:
     global _last_resync
     while True:
         await asyncio.sleep(SETTINGS.resync_seconds)
+        if not CACHE.filled:
+            continue  # kopf's first listing is under way; its resume handlers queue every object
         try:
             if await asyncio.to_thread(_paused):
                 continue
@@ -221,6 +223,13 @@ own_metrics.WORKQUEUE_LONGEST_RUNNING.set_function(lambda: QUEUE.longest_running
 STUCK_SECONDS = 120  # a reconcile running longer is reported at every resync pass
 _forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
 _forced_guard = threading.Lock()
+
+
+def _from_kopf(body, forced: bool = False) -> None:
+    """What every resource handler does: kopf runs none before every index holds its first
+    listing, so from the first one on the cache serves (and no reconcile reads the API)."""
+    CACHE.mark_filled()
+    enqueue(body, forced)
 
 
 def enqueue(body, forced: bool = False, after: float = 0.0) -> None:
@@ -345,7 +354,7 @@ def _reconcile_inference_model(model: dict) -> None:
 @kopf.on.create(*IM)
 @kopf.on.update(*IM, field="spec")
 def inference_model_changed(body, **_) -> None:
-    enqueue(body, forced=True)
+    _from_kopf(body, forced=True)
 
 
 def _compile_job(body, forced: bool = False) -> float | None:
@@ -369,7 +378,7 @@ def _reconcile_compile_job(body: dict) -> None:
 @kopf.on.create(*CJ)
 @kopf.on.update(*CJ, field="spec")
 def compile_job_changed(body, **_) -> None:
-    enqueue(body, forced=True)
+    _from_kopf(body, forced=True)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={COMPILE_JOB: kopf.PRESENT})
@@ -378,7 +387,9 @@ def compile_workload_event(body, type, **_) -> None:
     if type is None:
         return  # initial listing: resume handlers cover it
     meta = body["metadata"]
-    enqueue({"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": meta["labels"][COMPILE_JOB]}})
+    _from_kopf(
+        {"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": meta["labels"][COMPILE_JOB]}}
+    )
 
 
 @kopf.on.event(*CJ)
@@ -390,4 +401,6 @@ def owned_object_event(body, type, **_) -> None:
     owner = next((o for o in body["metadata"].get("ownerReferences", []) if o["kind"] == "InferenceModel"), None)
     if owner is None:
         return
-    enqueue({"kind": "InferenceModel", "metadata": {"namespace": body["metadata"]["namespace"], "name": owner["name"]}})
+    _from_kopf(
+        {"kind": "InferenceModel", "metadata": {"namespace": body["metadata"]["namespace"], "name": owner["name"]}}
+    )
