@@ -139,11 +139,12 @@ async def _resync_forever() -> None:
     global _last_resync
     while True:
         await asyncio.sleep(SETTINGS.resync_seconds)
-        if not CACHE.filled:
-            continue  # kopf's first listing is under way; its resume handlers queue every object
         try:
+            # A peer first: it pauses kopf too, whose first listing then waits for it to leave.
             if await asyncio.to_thread(_paused):
                 continue
+            if not CACHE.filled:
+                continue  # kopf's first listing is under way; its resume handlers queue every object
             await asyncio.to_thread(resync_all)
         except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
             log.exception("resync pass failed; retrying at the next pass")
