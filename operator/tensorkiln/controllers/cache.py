@@ -44,10 +44,6 @@ class CachedKind:
     by_labels: tuple[str, ...] = ()  # label keys the reconcilers select by
 
     @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
     def index_id(self) -> str:
         return f"cached_{self.plural}"
 
@@ -160,7 +156,7 @@ class WatchCache:
             if written is None or indexed is None:
                 return indexed
             if _version(indexed) >= _version(written[1]) or time.monotonic() - written[0] > WRITES_KEPT_SECONDS:
-                del self._writes[key]  # the watch has caught up
+                del self._writes[key]  # the watch has caught up, or never will
                 return indexed
             return written[1]
 
