@@ -1,41 +1,41 @@
 # TensorKiln: `make demo` runs the operator on the local cluster; `make test` runs every test.
 VENV   := .venv
 PY     := $(VENV)/bin/python
-TK     := $(VENV)/bin/tensorkiln
+TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv demo test lint unit integration faults crds manifests down
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]' -e ./localcluster
 	touch $@
 
 venv: $(STAMP)
 
 ## demo: build/reuse the cluster binaries, start cluster + operator, apply the samples, show the result
 demo: venv
-	$(TK) cluster up
-	$(TK) operator start
-	eval "$$($(TK) cluster env)" && kubectl apply --server-side -f manifests/samples/
-	$(TK) wait --timeout 300
-	eval "$$($(TK) cluster env)" && kubectl get im,cjob,jobs,pods -o wide
+	$(TKL) cluster up
+	$(TKL) operator start
+	eval "$$($(TKL) cluster env)" && kubectl apply --server-side -f manifests/samples/
+	$(TKL) wait --timeout 300
+	eval "$$($(TKL) cluster env)" && kubectl get im,cjob,jobs,pods -o wide
 
 ## test: lint, unit tests, then integration tests against the local cluster (started if needed)
 test: lint unit integration
 
 lint: venv
-	$(VENV)/bin/ruff check operator compiler-jobs tests e2e
-	$(VENV)/bin/ruff format --check operator compiler-jobs tests e2e
+	$(VENV)/bin/ruff check operator compiler-jobs localcluster tests e2e
+	$(VENV)/bin/ruff format --check operator compiler-jobs localcluster tests e2e
 
 # The chart tests render with helm: built once from its pinned Go module (cached like the cluster's).
 unit: venv
-	$(TK) cluster build helm
+	$(TKL) cluster build helm
 	$(PY) -m pytest tests/unit -q
 
 integration: venv
-	$(TK) cluster up
+	$(TKL) cluster up
 	$(PY) -m pytest tests/integration -q
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
@@ -43,16 +43,16 @@ integration: venv
 ## Holds the shared cluster lock throughout; TENSORKILN_FAULTS_SEED=N repeats a run's choices.
 CLUSTER_LOCK ?= /tmp/tensorkiln-cluster.lock
 faults: venv
-	flock $(CLUSTER_LOCK) sh -c '$(TK) cluster up && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
+	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
 
 ## crds: crds/ and the chart's charts/tensorkiln/crds/ from the pydantic API types
 crds: venv
-	$(TK) crds
+	$(TKL) crds
 
 ## manifests: manifests/install/ (kustomize) rendered from the chart with default values
 manifests: venv
-	$(TK) cluster build helm
-	$(TK) manifests
+	$(TKL) cluster build helm
+	$(TKL) manifests
 
 down: venv
-	$(TK) cluster down
+	$(TKL) cluster down

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tensorkiln.api import CompileJobSpec
-from tensorkiln.localcluster.ocr_models import CLS, DET, write_dataset
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
+from tensorkiln_local.cluster.ocr_models import CLS, DET, write_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ Printed, and written to e2e/results/scale.md:
 - after a SIGKILL and a restart: the seconds until it has reconciled every model again (its
   own tensorkiln_reconciles_total), and its requests meanwhile.
 
-Needs `tensorkiln cluster up`; stops a demo operator while it runs.
+Needs `tensorkiln-local cluster up`; stops a demo operator while it runs.
 Usage: .venv/bin/python e2e/bench_scale.py [--models 1000] [--operator-tree DIR]
 """
 
@@ -44,13 +44,14 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from tensorkiln import kube, operator_runner, rbac_audit
+from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster import cluster, paths
-from tensorkiln.localcluster.cluster import audit_lines
-from tensorkiln.localcluster.engine_seeds import publish_test_seed
+from tensorkiln_local import operator_process, rbac_audit
+from tensorkiln_local.cluster import cluster, paths
+from tensorkiln_local.cluster.cluster import audit_lines
+from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -286,7 +287,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--operator-tree", type=Path, default=ROOT, help="checkout whose operator/ to run")
     args = parser.parse_args()
-    operator_runner.stop()  # a demo operator would act alongside the one measured
+    operator_process.stop()  # a demo operator would act alongside the one measured
     cluster.up(POOLS)
     try:
         with kube.api_client(str(paths.KUBECONFIG)) as api, tempfile.TemporaryDirectory() as work:

@@ -1,7 +1,7 @@
 """Benchmark: apply N InferenceModels at once and time until every compile pod is scheduled.
 
 Runs against the local cluster with the operator running (`make demo` leaves both up, or
-`tensorkiln cluster up && tensorkiln operator start`). It first converges the cluster to
+`tensorkiln-local cluster up && tensorkiln-local operator start`). It first converges the cluster to
 e2e/pools-scale.yaml (130 simulated GPU nodes: a compile pod holds its GPU while it runs, so
 the default pools cannot place 300 at once) and restores the default pools at the end.
 The GPU nodes are simulated by kwok, so this measures the control plane and the operator
@@ -21,7 +21,7 @@ from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.hardware.classes import GPU_PRODUCT
-from tensorkiln.localcluster import cluster, paths
+from tensorkiln_local.cluster import cluster, paths
 
 SAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "samples" / "resnet50-gpu.yaml"
 SCALE_POOLS = Path(__file__).resolve().parent / "pools-scale.yaml"

@@ -47,14 +47,14 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tensorkiln.api import CompileJobSpec
 from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, config_dict, parse, render
-from tensorkiln.localcluster.ocr_models import CLS, write_dataset
-from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
-from tensorkiln.localnode.ipam import free_address_below_pods
 from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
+from tensorkiln_local.cluster.ocr_models import CLS, write_dataset
+from tensorkiln_local.node.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln_local.node.ipam import free_address_below_pods
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "e2e" / "results"

@@ -1,7 +1,7 @@
 """Benchmark: TensorKiln's SLO scaler against an HPA-style CPU-utilisation policy, on the same
 step load (low, x4, low), on the local cluster's real node local-0, in one run.
 
-For each workload (tensorkiln.localcluster.slo_workloads: the SIMULATED fixed-service-time
+For each workload (tensorkiln_local.cluster.slo_workloads: the SIMULATED fixed-service-time
 engine standing in for a GPU-bound one, and/or the real PP-OCR detector compiled on local-0, whose
 load is sized from one replica's capacity measured in the first policy's run, as the test does,
 and reused for the second so both get the same arrivals):
@@ -23,7 +23,7 @@ scaler's query: the worst pod's summary quantile, which remembers about a minute
 Reported per policy: seconds to restore the SLO after the step, SLO-violation seconds,
 replica-seconds (pods that existed, ready or not). Writes e2e/results/slo.md and slo.png.
 
-Needs `tensorkiln cluster up`; starts an operator of its own per run, watching only that run's
+Needs `tensorkiln-local cluster up`; starts an operator of its own per run, watching only that run's
 namespace (and stops a demo operator while it runs).
 Usage: .venv/bin/python e2e/bench_slo.py [--workloads simulated detector]
 """
@@ -43,13 +43,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes import client
-from tensorkiln import kube, operator_runner
-from tensorkiln.localcluster import paths, prometheus
-from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
-from tensorkiln.localnode.runtime import container_cpu_seconds
+from tensorkiln import kube
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.utilisation import UtilisationPolicy
 from tensorkiln.serving.loadgen import run_step_load
+from tensorkiln_local import operator_process
+from tensorkiln_local.cluster import paths, prometheus
+from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
+from tensorkiln_local.node.runtime import container_cpu_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = {"simulated": SIMULATED, "detector": DETECTOR}
@@ -309,7 +310,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
     started, load_before = datetime.now(UTC), os.getloadavg()
-    operator_runner.stop()  # a demo operator would act on the benchmark's namespaces too
+    operator_process.stop()  # a demo operator would act on the benchmark's namespaces too
     with tempfile.TemporaryDirectory() as work, kube.api_client(os.environ["KUBECONFIG"]) as api:
         results = {}
         for name in args.workloads:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tensorkiln.localnode.cpu import parse_cpuinfo
+from tensorkiln.hardware.cpuinfo import parse_cpuinfo
 
 log = logging.getLogger(__name__)
 

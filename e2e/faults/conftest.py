@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.localcluster import paths
+from tensorkiln_local.cluster import paths
 
 from tests.integration.conftest import Operator  # noqa: F401  (re-exported for the test modules)
 from tests.integration.helpers import namespace_exists, wait_for

@@ -23,8 +23,8 @@ from tensorkiln.builders.serving import ENGINE_DIGEST
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster.engine_seeds import publish_simulation
-from tensorkiln.localcluster.slo_workloads import SIMULATED
+from tensorkiln_local.cluster.engine_seeds import publish_simulation
+from tensorkiln_local.cluster.slo_workloads import SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/ocr-cls-cpu.yaml").read_text())

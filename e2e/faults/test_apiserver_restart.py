@@ -1,6 +1,6 @@
 """The kube-apiserver killed mid-reconcile and restarted: the operator's watches recover (an
 object created after the restart is reconciled), its resync loop lives on, and local-0's agent
-and Prometheus survive (or `tensorkiln cluster up` brings them back).
+and Prometheus survive (or `tensorkiln-local cluster up` brings them back).
 
 How: SIGKILL the kube-apiserver process kwokctl started (its pid file), leave it down a while,
 then `kwokctl start cluster`, which starts only the components that are not running. etcd and
@@ -15,7 +15,7 @@ import sys
 import time
 
 from kubernetes import client
-from tensorkiln.localcluster import cluster, paths, processes, prometheus
+from tensorkiln_local.cluster import cluster, paths, processes, prometheus
 
 from .support import create, get_model, healthz, metric, publish_simulated, ready, simulated_model, wait_until
 
@@ -86,7 +86,7 @@ def test_apiserver_restarted_mid_reconcile_watches_recover_and_new_objects_conve
     }
     print("survived the restart:", survived)
     if not all(survived.values()):
-        subprocess.run([sys.executable, "-m", "tensorkiln", "cluster", "up"], check=True)
+        subprocess.run([sys.executable, "-m", "tensorkiln_local", "cluster", "up"], check=True)
     assert processes.pid_of(cluster.AGENT_PIDFILE) and processes.pid_of(prometheus.PIDFILE)
 
     restarted = time.monotonic()

@@ -12,9 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
-from tensorkiln.localcluster import paths
-from tensorkiln.localnode.runtime import signal_container
 from tensorkiln.registry import open_registry
+from tensorkiln_local.cluster import paths
+from tensorkiln_local.node.runtime import signal_container
 
 from .support import (
     compile_jobs,

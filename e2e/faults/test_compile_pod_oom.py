@@ -3,7 +3,7 @@ reports OOMKilled / exit 137 as a kubelet does, the Job's retry budget (spec.ret
 and the CompileJob fails naming OOMKilled.
 
 local-0's agent puts a container with `resources.limits.memory` in a memory cgroup of that limit
-(tensorkiln/localnode/cgroups.py); the kernel's memcg OOM killer does the killing, nothing here
+(tensorkiln_local/node/cgroups.py); the kernel's memcg OOM killer does the killing, nothing here
 sends a signal. Where the node has no memory cgroups it says so (condition MemoryLimitsEnforced
 False, with the reason) and this test is skipped with that reason.
 
@@ -21,9 +21,9 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.localcluster import paths
-from tensorkiln.localnode.node import MEMORY_LIMITS
 from tensorkiln.settings import Settings
+from tensorkiln_local.cluster import paths
+from tensorkiln_local.node.node import MEMORY_LIMITS
 
 from .support import condition, cpu_target, jobs_of, pods_of_job, real_model, wait_until
 

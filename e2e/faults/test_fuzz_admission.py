@@ -29,7 +29,7 @@ from tensorkiln.api.crdgen import build_crd
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster.engine_seeds import publish_test_seed
+from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 
 from .conftest import delete_namespace
 from .manifests import generate, lax_verdict, pydantic_verdict
@@ -104,7 +104,7 @@ def _webhooks(api) -> list[str]:
 def test_admission_rejects_every_invalid_manifest_naming_the_field_and_agrees_with_pydantic(api, verdicts):
     assert _cluster_crd_matches(api), (
         "the cluster's InferenceModel CRD is not the one operator/tensorkiln/api generates "
-        "(`tensorkiln crds` + `tensorkiln cluster up` apply it), so pydantic and the API server would be "
+        "(`tensorkiln-local crds` + `tensorkiln-local cluster up` apply it), so pydantic and the API server would be "
         "checking different APIs"
     )
     webhooks = _webhooks(api)

@@ -40,9 +40,6 @@ def login(*, logger: Any, settings: kopf.OperatorSettings, **kwargs: Any) -> kop
     )
 
 
-def register_login(registry: kopf.OperatorRegistry | None = None) -> None:
-    """Use `login` instead of kopf's default logins (once per registry)."""
-    registry = registry if registry is not None else kopf.get_default_registry()
-    if any(handler.id == LOGIN_ID for handler in registry._activities.get_all_handlers()):  # no public accessor
-        return
+def register_login(registry: kopf.OperatorRegistry) -> None:
+    """Use `login` instead of kopf's default logins."""
     kopf.on.login(id=LOGIN_ID, registry=registry)(login)

@@ -13,7 +13,7 @@ from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "tensorkiln"
 # Where a pod's ServiceAccount token, CA and namespace are. The local node's agent mounts them
-# elsewhere and names that directory in SERVICE_ACCOUNT_DIR_ENV (tensorkiln.localnode.podspec);
+# elsewhere and names that directory in SERVICE_ACCOUNT_DIR_ENV (tensorkiln_local.node.podspec);
 # in a real cluster the variable is unset and the standard path is used.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SERVICE_ACCOUNT_DIR_ENV = "TENSORKILN_SERVICE_ACCOUNT_DIR"

@@ -22,21 +22,20 @@ from datetime import UTC, datetime, timedelta
 import kopf
 from kubernetes import client
 
-# This operator's entry in the peering objects, passed to kopf.operator(identity=...) so that the
-# resync loop can tell itself from its peers. kopf's own default has the same shape.
-IDENTITY = (
-    f"{os.environ.get('POD_ID') or f'{getpass.getuser()}@{socket.gethostname()}'}"
-    f"/{datetime.now(UTC):%Y%m%d%H%M%S}/{secrets.token_hex(2)}"
-)
 GROUP, VERSION = "kopf.dev", "v1"
 PRIORITY = 0  # kopf's default; every TensorKiln operator runs at it
-_joined: str | None = None  # the peering object's name, once joined
 
 
-def join(name: str, registry: kopf.OperatorRegistry | None = None) -> None:
-    """Make the next kopf.operator() join peering `name` (mandatory: paused while kopf's CRDs are missing)."""
-    global _joined
-    _joined = name
+def new_identity() -> str:
+    """This operator's entry in the peering objects, passed to kopf.operator(identity=...) so that
+    the resync loop can tell itself from its peers. kopf's own default has the same shape."""
+    host = os.environ.get("POD_ID") or f"{getpass.getuser()}@{socket.gethostname()}"
+    return f"{host}/{datetime.now(UTC):%Y%m%d%H%M%S}/{secrets.token_hex(2)}"
+
+
+def join(name: str, registry: kopf.OperatorRegistry) -> None:
+    """Make the kopf.operator() run with `registry` join peering `name` (mandatory: paused while
+    kopf's CRDs are missing)."""
 
     @kopf.on.startup(id="tensorkiln-peering", registry=registry)
     def peering(settings: kopf.OperatorSettings, **_) -> None:
@@ -62,13 +61,9 @@ def blocking_peers(status: dict, identity: str, priority: int, now: datetime) ->
     return sorted(blocking)
 
 
-def joined() -> bool:
-    return _joined is not None
-
-
-def paused_by(custom: client.CustomObjectsApi, namespaces: list[str]) -> list[str]:
-    """The peers that pause this operator now (it has joined a peering object)."""
-    selector = f"metadata.name={_joined}"  # list, which the chart's RBAC grants; no get
+def paused_by(custom: client.CustomObjectsApi, name: str, identity: str, namespaces: list[str]) -> list[str]:
+    """The peers that pause the operator `identity`, joined to peering `name`, now."""
+    selector = f"metadata.name={name}"  # list, which the chart's RBAC grants; no get
     if namespaces:
         lists = [
             custom.list_namespaced_custom_object(GROUP, VERSION, ns, "kopfpeerings", field_selector=selector)
@@ -78,4 +73,4 @@ def paused_by(custom: client.CustomObjectsApi, namespaces: list[str]) -> list[st
         lists = [custom.list_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings", field_selector=selector)]
     objects = [o for listed in lists for o in listed["items"]]
     now = datetime.now(UTC)
-    return sorted({p for o in objects for p in blocking_peers(o.get("status", {}), IDENTITY, PRIORITY, now)})
+    return sorted({p for o in objects for p in blocking_peers(o.get("status", {}), identity, PRIORITY, now)})

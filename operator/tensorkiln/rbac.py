@@ -1,7 +1,7 @@
 """Every Kubernetes API call the operator makes, as data: the Helm chart's RBAC must grant exactly these.
 
 One row per (API group, resource) with the verbs used and where, derived from the code:
-controllers/ (state.py, handlers.py, events.py, compilejob.py, inferencemodel.py, scaler.py), admission/ and
+cluster/state.py, controllers/ (handlers, events, compilejob, inferencemodel, scaler), review/, admission/ and
 what kopf itself does (it lists and watches what it handles, patches its progress annotations
 onto InferenceModels and CompileJobs, posts Events, watches CRDs and, when watching some
 namespaces only, namespaces; with peering it lists, watches and patches its peering objects).
@@ -11,7 +11,7 @@ tests/unit/test_chart.py renders charts/tensorkiln and checks that the Roles and
 binds grant exactly `expected_permissions(...)`: a call added to the code without a row here
 fails in a real cluster with 403, and a grant left in the chart without a row fails that test.
 tests/integration/test_rbac_audit.py checks the table against the calls the chart's operator
-really makes, read from the API server's audit log (tensorkiln.rbac_audit).
+really makes, read from the API server's audit log (tensorkiln_local.rbac_audit).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ CALLS: tuple[ApiCall, ...] = (
         "persistentvolumeclaims",
         ("get", "list", "watch"),
         WATCHED,
-        "admission checks (webhook and reconciler): pvc:// sources and the registry's claim exist (cache)",
+        "spec review (webhook and reconciler): pvc:// sources and the registry's claim exist (cache)",
     ),
     # Cluster-scoped reads.
     ApiCall("", "nodes", ("list", "watch"), CLUSTER, "hardware classes are discovered from node labels (cache)"),

@@ -32,7 +32,7 @@ class Settings:
     # Port of kopf's health endpoint /healthz, for liveness and readiness probes (0: not served).
     health_port: int = 8080
     # Where /metrics and /healthz listen: every interface in a pod (behind its Service and probes),
-    # loopback when run on a developer's machine (`tensorkiln operator start`).
+    # loopback when run on a developer's machine (`tensorkiln-local operator start`).
     listen_address: str = "0.0.0.0"
     # json: one JSON object per line with the object's namespace and name (in-cluster default);
     # full: kopf's human-readable lines ([namespace/name] prefixed); plain: the message only.
@@ -93,7 +93,7 @@ class Settings:
         )
 
 
-# The local cluster's staging directory (localcluster.paths.SAMPLE_MODELS), without importing it.
+# The local cluster's staging directory (tensorkiln_local.cluster.paths.SAMPLE_MODELS), without importing it.
 LOCAL_MODEL_ROOT = os.path.join(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln"), "models")
 
 

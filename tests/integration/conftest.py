@@ -1,4 +1,4 @@
-"""Fixtures for tests against the local cluster (`tensorkiln cluster up`, run by `make test`)."""
+"""Fixtures for tests against the local cluster (`tensorkiln-local cluster up`, run by `make test`)."""
 
 import os
 import signal
@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 from kubernetes import client
-from tensorkiln import kube, operator_runner
+from tensorkiln import kube
 from tensorkiln.api import crdgen
-from tensorkiln.localcluster import paths, prometheus
+from tensorkiln_local import operator_process
+from tensorkiln_local.cluster import paths, prometheus
 
 from .helpers import namespace_exists, wait_for
 
@@ -103,7 +104,7 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def operator(api, tmp_path_factory):
-    operator_runner.stop()  # a demo operator would act alongside the one under test
+    operator_process.stop()  # a demo operator would act alongside the one under test
     # A registry of this session's own: a compile test must not be a cache hit of an earlier run.
     registry_dir = tmp_path_factory.mktemp("registry")
     op = Operator(tmp_path_factory.mktemp("operator") / "operator.log", f"file://{registry_dir}")

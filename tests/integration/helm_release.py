@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln import installmanifests
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.api.crdgen import kopf_peering_crds
-from tensorkiln.localcluster import binaries, paths, prometheus
+from tensorkiln_local import installmanifests
+from tensorkiln_local.cluster import binaries, paths, prometheus
 
 from .conftest import free_port
 from .helpers import wait_for

@@ -1,7 +1,7 @@
 """Compile the real OCR models from the rapidocr-onnxruntime wheel on this CPU, end to end.
 
 Both are real exports with the traps real exports have (opset 11/12, dynamic H/W that ORT's
-symbolic shape inference chokes on). Inputs are rendered text images (tensorkiln.localcluster.ocr_models). Run
+symbolic shape inference chokes on). Inputs are rendered text images (tensorkiln_local.cluster.ocr_models). Run
 counts are tiny: these tests check the pipeline, e2e/bench_compile.py measures speed.
 """
 
@@ -11,9 +11,9 @@ import numpy as np
 import onnxruntime as ort
 import openvino as ov
 import pytest
-from tensorkiln.localcluster.ocr_models import CLS, DET, write_dataset
 from tensorkiln.registry import open_registry
 from tensorkiln_compiler.cli import SPEC_ENV, main
+from tensorkiln_local.cluster.ocr_models import CLS, DET, write_dataset
 
 pytestmark = pytest.mark.compiler
 FAST = ["--warmup", "1", "--runs", "5"]

@@ -10,8 +10,8 @@ operator's metrics registry (observability.metrics) instead.
 
 import pytest
 import requests
-from tensorkiln.localcluster import prometheus
 from tensorkiln.observability import dashboard, metrics
+from tensorkiln_local.cluster import prometheus
 
 pytestmark = pytest.mark.cluster
 WINDOWS = {"$__rate_interval": "1m", "$__range": "1h"}
@@ -21,7 +21,7 @@ def api(path: str, **params) -> dict:
     try:
         response = requests.get(f"{prometheus.url()}/api/v1/{path}", params=params, timeout=10)
     except requests.ConnectionError:
-        pytest.fail(f"the local Prometheus does not answer at {prometheus.url()}: tensorkiln cluster up")
+        pytest.fail(f"the local Prometheus does not answer at {prometheus.url()}: tensorkiln-local cluster up")
     body = response.json()
     assert response.status_code == 200 and body["status"] == "success", (path, params, body)
     return body["data"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.localcluster import binaries, paths
+from tensorkiln_local.cluster import binaries, paths
 
 from . import helm_release
 from .conftest import free_port

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
-from tensorkiln.localcluster.slo_workloads import SIMULATED, deploy
+from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
 from . import helm_release
 from .helm_release import LOCAL_NODE, SA_PATH, container_log, process_env, run, wait_operator_ready

@@ -1,7 +1,7 @@
 """The local node agent against the real cluster: pods scheduled onto local-0 run as processes.
 
 Pods are not bound by hand: kube-scheduler places them through nodeSelector
-kubernetes.io/hostname=local-0, as it would any workload. Needs `tensorkiln cluster up`
+kubernetes.io/hostname=local-0, as it would any workload. Needs `tensorkiln-local cluster up`
 (which starts the agent); the module is skipped when the API server does not answer.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from tensorkiln.localcluster import paths
-from tensorkiln.localnode.kube import Kube
+from tensorkiln_local.cluster import paths
+from tensorkiln_local.node.kube import Kube
 
 from .helpers import wait_for
 

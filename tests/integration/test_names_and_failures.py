@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.serving import target_name
-from tensorkiln.localcluster.slo_workloads import SIMULATED, Workload, deploy, start
+from tensorkiln_local.cluster.slo_workloads import SIMULATED, Workload, deploy, start
 
 from .helpers import wait_for
 from .workloads import condition, model_object

@@ -11,7 +11,7 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.hardware.classes import GPU_PRODUCT
-from tensorkiln.localcluster import paths, pools
+from tensorkiln_local.cluster import paths, pools
 
 from .helpers import namespace_exists, wait_for
 

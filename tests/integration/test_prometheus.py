@@ -1,7 +1,7 @@
 """The local cluster's Prometheus scraping a real Triton on local-0, read as the SLO scaler reads it.
 
 The operator compiles the OCR classifier sample on local-0 (FP32 with onnxruntime only: one quick
-compile) and rolls out Triton; Prometheus, started by `tensorkiln cluster up`, finds the pod by its
+compile) and rolls out Triton; Prometheus, started by `tensorkiln-local cluster up`, finds the pod by its
 annotations. Under load, tensorkiln.scaling.metrics must see that pod's latency, rate and batches.
 
 `TENSORKILN_RECORD_PROMETHEUS=tests/data/prometheus pytest tests/integration/test_prometheus.py`
@@ -21,8 +21,8 @@ import requests
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
-from tensorkiln.localcluster import prometheus
 from tensorkiln.scaling.metrics import MetricsUnavailable, connect, observe, queries
+from tensorkiln_local.cluster import prometheus
 
 from .helpers import wait_for
 from .test_serving_local import NAME, SAMPLE, Load, rolled_out

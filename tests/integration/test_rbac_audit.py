@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client
-from tensorkiln import rbac, rbac_audit
-from tensorkiln.localcluster import paths
-from tensorkiln.localcluster.cluster import AUDIT_LOG, audit_lines
-from tensorkiln.localcluster.slo_workloads import SIMULATED, deploy
+from tensorkiln import rbac
+from tensorkiln_local import rbac_audit
+from tensorkiln_local.cluster import paths
+from tensorkiln_local.cluster.cluster import AUDIT_LOG, audit_lines
+from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
 from . import helm_release
 from .helm_release import wait_operator_ready
@@ -40,7 +41,7 @@ QUIET_SECONDS = 60
 def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
     alone, api, namespace, registry_volume, release, tmp_path
 ):
-    assert AUDIT_LOG.exists(), f"no {AUDIT_LOG}: the cluster predates its audit policy; run tensorkiln cluster up"
+    assert AUDIT_LOG.exists(), f"no {AUDIT_LOG}: the cluster predates its audit policy; run tensorkiln-local cluster up"
     pod = wait_operator_ready(client.CoreV1Api(api), namespace, release)
     deploy(api, f"file://{registry_volume}/engines", namespace, SIMULATED, tmp_path / "engines", ready_within=240)
     user = f"system:serviceaccount:{namespace}:{pod.spec.service_account_name}"
@@ -48,7 +49,7 @@ def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
     quiet_from = datetime.now(UTC)
     time.sleep(QUIET_SECONDS)
     quiet = rbac_audit.requests_since(audit_lines(), user, quiet_from)
-    # The local node keeps each container's output in its pod's directory (localnode.podspec).
+    # The local node keeps each container's output in its pod's directory (tensorkiln_local.node.podspec).
     operator_log = (paths.LOCALNODE_STATE / "pods" / pod.metadata.uid / "operator" / "log").read_text()
     writes_logged = [line for line in operator_log.splitlines() if '"message": "applying ' in line][-6:]
     helm_release._delete_models(api, namespace)  # the operator finalizes the model and its CompileJob

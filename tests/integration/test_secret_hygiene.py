@@ -31,7 +31,7 @@ import pytest
 import yaml
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
-from tensorkiln.localcluster import paths
+from tensorkiln_local.cluster import paths
 
 from .conftest import Operator
 from .helpers import namespace_exists, wait_for

@@ -17,10 +17,10 @@ from tensorkiln.builders.serving import ENGINE_DIGEST
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster.ocr_models import CLS
 from tensorkiln.registry import open_registry
 from tensorkiln.serving.client import endpoints, infer
 from tensorkiln.settings import Settings
+from tensorkiln_local.cluster.ocr_models import CLS
 
 from .helpers import wait_for
 

@@ -1,4 +1,4 @@
-"""Triton rollouts on the simulated GPU pools, with engines seeded as test seeds (see tensorkiln.localcluster.engine_seeds)."""
+"""Triton rollouts on the simulated GPU pools, with engines seeded as test seeds (see tensorkiln_local.cluster.engine_seeds)."""
 
 import copy
 from pathlib import Path
@@ -11,7 +11,7 @@ from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.builders.serving import ENGINE_DIGEST, target_name
 from tensorkiln.hardware.classes import GPU_PRODUCT, discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster.engine_seeds import publish_test_seed
+from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 
 from .helpers import wait_for
 

@@ -1,5 +1,5 @@
 """SLO scaling under faults, on local-0 with the SIMULATED fixed-service-time engine
-(tensorkiln.localcluster.slo_workloads.SIMULATED): Prometheus killed mid-run, a Triton container
+(tensorkiln_local.cluster.slo_workloads.SIMULATED): Prometheus killed mid-run, a Triton container
 killed under load, the operator killed mid-scale."""
 
 import re
@@ -9,10 +9,10 @@ import time
 
 import pytest
 from kubernetes import client
-from tensorkiln.localcluster import paths, prometheus
-from tensorkiln.localcluster.slo_workloads import SIMULATED, deploy
-from tensorkiln.localnode.runtime import signal_container
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
+from tensorkiln_local.cluster import paths, prometheus
+from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
+from tensorkiln_local.node.runtime import signal_container
 
 from .helpers import wait_for
 from .workloads import condition, model_object, scale_events

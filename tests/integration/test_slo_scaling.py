@@ -1,16 +1,16 @@
 """The SLO scaler end to end on local-0: real Triton pods, real Prometheus, the operator scaling
 the Deployment through its scale subresource, under an open-loop step load (low, x4, low).
 
-The workloads (tensorkiln.localcluster.slo_workloads): a SIMULATION of a GPU-bound engine (fixed
+The workloads (tensorkiln_local.cluster.slo_workloads): a SIMULATION of a GPU-bound engine (fixed
 service time, computes nothing) that scales out to 6+ replicas, and PP-OCR's real text detector,
 compiled on local-0, whose load is sized in the same run from what one replica was measured to
 sustain (serving.capacity), so that one replica must miss the step on a quiet machine or a busy one.
 """
 
 import pytest
-from tensorkiln.localcluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.serving.loadgen import run_step_load
+from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 
 from .workloads import scale_events
 

@@ -21,13 +21,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
-from tensorkiln.localcluster.ocr_models import CLS
-from tensorkiln.localnode.images import Launch, local_tritonserver, tritonserver_launch
-from tensorkiln.localnode.ipam import free_address_below_pods
 from tensorkiln.serving.client import infer, settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
+from tensorkiln_local.cluster.ocr_models import CLS
+from tensorkiln_local.node.images import Launch, local_tritonserver, tritonserver_launch
+from tensorkiln_local.node.ipam import free_address_below_pods
 from tritonclient.grpc import InferenceServerClient, model_config_pb2
 
 pytestmark = pytest.mark.serving

@@ -18,11 +18,12 @@ import uuid
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.admission import checks, webhook
+from tensorkiln.admission import webhook
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.localcluster import binaries, engine_seeds
 from tensorkiln.registry.manifest import Benchmark, Candidate, TensorInfo
+from tensorkiln.review import checks
+from tensorkiln_local.cluster import binaries, engine_seeds
 
 from .conftest import Operator, free_port
 from .helpers import namespace_exists, wait_for

@@ -1,4 +1,4 @@
-"""Reading what the operator did to an SLO workload (tensorkiln.localcluster.slo_workloads)."""
+"""Reading what the operator did to an SLO workload (tensorkiln_local.cluster.slo_workloads)."""
 
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION

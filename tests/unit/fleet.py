@@ -1,6 +1,6 @@
 """Node objects for unit tests: the default simulated pools plus a real-looking local-0."""
 
-from tensorkiln.localcluster import paths, pools
+from tensorkiln_local.cluster import paths, pools
 
 AMX_CPU_LABELS = {
     "kubernetes.io/arch": "amd64",

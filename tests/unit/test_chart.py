@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln import installmanifests, rbac
+from tensorkiln import rbac
 from tensorkiln.api.crdgen import render_chart_crds
-from tensorkiln.localcluster import binaries, paths
 from tensorkiln.registry import RegistryError, open_registry
 from tensorkiln.registry.filesystem import FilesystemRegistry
+from tensorkiln_local import installmanifests
+from tensorkiln_local.cluster import binaries, paths
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tensorkiln"
@@ -43,7 +44,7 @@ RESTRICTED_CONTAINER = {
 def helm() -> Path:
     helm_binary = binaries.BINARIES["helm"]
     if not binaries.cached_path(helm_binary).exists() and shutil.which("go") is None:
-        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln cluster build helm)")
+        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln-local cluster build helm)")
     return installmanifests.helm()
 
 
@@ -434,9 +435,9 @@ def test_dashboard_config_map_only_when_the_chart_has_the_dashboard(helm, tmp_pa
 def test_chart_crds_are_current():
     committed = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
     rendered = render_chart_crds()
-    assert set(committed) == set(rendered), "charts/tensorkiln/crds/ is out of date: run `tensorkiln crds`"
+    assert set(committed) == set(rendered), "charts/tensorkiln/crds/ is out of date: run `tensorkiln-local crds`"
     for name, text in rendered.items():
-        assert committed[name] == text, f"charts/tensorkiln/crds/{name} is out of date: run `tensorkiln crds`"
+        assert committed[name] == text, f"charts/tensorkiln/crds/{name} is out of date: run `tensorkiln-local crds`"
 
 
 def test_chart_crds_include_kopfs_peering_and_match_the_top_level_crds():
@@ -478,7 +479,7 @@ def test_install_manifests_are_the_chart_with_defaults_and_a_namespace(helm):
 def test_kustomization_builds_with_the_samples(helm):
     kubectl = paths.BIN_DIR / "kubectl"
     if not kubectl.exists():
-        pytest.skip("kubectl is built with the cluster binaries (tensorkiln cluster build)")
+        pytest.skip("kubectl is built with the cluster binaries (tensorkiln-local cluster build)")
     built = subprocess.run(
         [str(kubectl), "kustomize", str(paths.MANIFESTS_DIR)], capture_output=True, text=True, check=True
     ).stdout

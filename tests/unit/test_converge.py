@@ -1,4 +1,4 @@
-from tensorkiln.converge import pending
+from tensorkiln_local.converge import pending
 
 
 def model(generation=1, observed=1, targets=()):

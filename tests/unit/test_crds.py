@@ -56,9 +56,9 @@ def resolve(node: dict, path: str) -> dict | None:
 
 def test_committed_crds_are_current():
     committed = {p.name: p.read_text() for p in CRD_DIR.glob("*.yaml")}
-    assert set(committed) == set(RENDERED), "crds/ is out of date: run `tensorkiln crds`"
+    assert set(committed) == set(RENDERED), "crds/ is out of date: run `tensorkiln-local crds`"
     for name, text in RENDERED.items():
-        assert committed[name] == text, f"crds/{name} is out of date: run `tensorkiln crds`"
+        assert committed[name] == text, f"crds/{name} is out of date: run `tensorkiln-local crds`"
 
 
 def test_every_property_and_object_is_described():

@@ -1,26 +1,28 @@
 """`tensorkiln operator run` as the chart's Deployment runs it: --peering, --all-namespaces."""
 
 import pytest
-from tensorkiln import cli, operator_runner, peering
+from tensorkiln import cli, operator_runner
 
 
-def test_run_with_peering_joins_it_before_starting(monkeypatch):
+def recorded(monkeypatch) -> list:
     calls = []
-    monkeypatch.setattr(peering, "join", lambda name: calls.append(("peering", name)))
-    monkeypatch.setattr(operator_runner, "run", lambda namespaces, *rest: calls.append(("run", namespaces)))
+    monkeypatch.setattr(operator_runner, "run", lambda *args: calls.append(args))
+    return calls
+
+
+def test_run_with_peering_passes_the_namespaces_and_the_peering_object(monkeypatch):
+    calls = recorded(monkeypatch)
     with pytest.raises(SystemExit) as done:
         cli.main(["operator", "run", "--namespace", "team-a", "--namespace", "team-b", "--peering", "tensorkiln"])
     assert done.value.code == 0
-    assert calls == [("peering", "tensorkiln"), ("run", ["team-a", "team-b"])]
+    assert calls == [(["team-a", "team-b"], None, "tensorkiln")]
 
 
 def test_run_without_peering_is_the_plain_standalone_run(monkeypatch):
-    calls = []
-    monkeypatch.setattr(peering, "join", lambda name: calls.append(("peering", name)))
-    monkeypatch.setattr(operator_runner, "run", lambda namespaces, *rest: calls.append(("run", namespaces)))
+    calls = recorded(monkeypatch)
     with pytest.raises(SystemExit):
-        cli.main(["operator", "run", "--all-namespaces"])
-    assert calls == [("run", [])]
+        cli.main(["operator", "run", "--all-namespaces", "--log-format", "plain"])
+    assert calls == [([], "plain", None)]
 
 
 def test_all_namespaces_and_namespace_exclude_each_other(monkeypatch):

@@ -1,6 +1,6 @@
-"""`tensorkiln cluster up` recreates the cluster only when what it was created from changed."""
+"""`tensorkiln-local cluster up` recreates the cluster only when what it was created from changed."""
 
-from tensorkiln.localcluster import binaries, cluster
+from tensorkiln_local.cluster import binaries, cluster
 
 
 def links(directory, **targets):

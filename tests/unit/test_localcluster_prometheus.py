@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln.localcluster.prometheus import build_config, pod_target
+from tensorkiln_local.cluster.prometheus import build_config, pod_target
 
 PROMTOOL = Path("/usr/bin/promtool")
 SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": "8002", "prometheus.io/path": "/metrics"}
@@ -57,7 +57,9 @@ def test_config_scrapes_the_discovered_pods_every_interval(tmp_path):
     assert (job["job_name"], job["file_sd_configs"]) == ("kubernetes-pods", [{"files": [str(tmp_path / "pods.json")]}])
 
 
-@pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool comes with Debian's prometheus (tensorkiln cluster up)")
+@pytest.mark.skipif(
+    not PROMTOOL.exists(), reason="promtool comes with Debian's prometheus (tensorkiln-local cluster up)"
+)
 def test_prometheus_keeps_running_annotated_pods_at_their_port_and_path(tmp_path):
     custom = {**SCRAPE, "prometheus.io/port": "9000", "prometheus.io/path": "/stats"}
     pods = [

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tensorkiln.localnode.cgroups import (
+from tensorkiln_local.node.cgroups import (
     ContainerCgroup,
     Location,
     Unavailable,
@@ -14,8 +14,8 @@ from tensorkiln.localnode.cgroups import (
     locate,
     open_memory_cgroups,
 )
-from tensorkiln.localnode.ipam import IpAllocator
-from tensorkiln.localnode.worker import NodeEnv, PodWorker
+from tensorkiln_local.node.ipam import IpAllocator
+from tensorkiln_local.node.worker import NodeEnv, PodWorker
 
 from .test_localnode_worker import FakeKube, NoObjects, make_pod, run_to_end
 

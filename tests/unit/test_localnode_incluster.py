@@ -15,15 +15,16 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 from pydantic import ValidationError
-from tensorkiln import incluster, installmanifests, kube
+from tensorkiln import incluster, kube
 from tensorkiln.api.compilejob import RegistryDestination
-from tensorkiln.localcluster import binaries
-from tensorkiln.localnode import images, podspec
-from tensorkiln.localnode.images import Launch, operator_launch, rule_for
-from tensorkiln.localnode.ipam import IpAllocator
-from tensorkiln.localnode.podspec import PlanError, PodContext, plan_pod, token_refresh_seconds, token_volumes
-from tensorkiln.localnode.worker import NodeEnv, PodWorker
-from tensorkiln.registry import base as registry_base
+from tensorkiln.registry import locations as registry_locations
+from tensorkiln_local import installmanifests
+from tensorkiln_local.cluster import binaries
+from tensorkiln_local.node import images, podspec
+from tensorkiln_local.node.images import Launch, operator_launch, rule_for
+from tensorkiln_local.node.ipam import IpAllocator
+from tensorkiln_local.node.podspec import PlanError, PodContext, plan_pod, token_refresh_seconds, token_volumes
+from tensorkiln_local.node.worker import NodeEnv, PodWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 POD_DIR = Path("/state/pods/uid-1")
@@ -221,8 +222,8 @@ def test_operator_rule_matches_the_chart_image_and_the_dockerfile():
     for name, value in images.OPERATOR_IMAGE_ENV.items():
         assert dockerfile.envs[name] == value
     assert (images.PVC_ROOT_ENV, images.DEFAULT_PVC_ROOT) == (
-        registry_base.PVC_ROOT_ENV,
-        registry_base.DEFAULT_PVC_ROOT,
+        registry_locations.PVC_ROOT_ENV,
+        registry_locations.DEFAULT_PVC_ROOT,
     )
 
 
@@ -230,7 +231,7 @@ def test_operator_rule_matches_the_chart_image_and_the_dockerfile():
 def chart_pod():
     """The chart's operator pod, as the API server stores it: rendered by helm, plus the token volume."""
     if not binaries.cached_path(binaries.BINARIES["helm"]).exists() and shutil.which("go") is None:
-        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln cluster build helm)")
+        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln-local cluster build helm)")
     values = {"watchNamespaces": ["ns"], "registry": {"filesystem": {"existingClaim": "engines", "path": "reg"}}}
     rendered = installmanifests.documents(installmanifests.template(values, release="tk", namespace="ns"))
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
@@ -349,9 +350,8 @@ def test_kopf_login_outside_a_pod_is_kopfs_own(monkeypatch, tmp_path):
     assert incluster.login(logger=_Logger(), settings=kopf.OperatorSettings()) is sentinel
 
 
-def test_login_replaces_kopfs_default_logins_once():
+def test_login_is_the_only_login_of_the_runs_registry():
     registry = kopf.OperatorRegistry()
-    incluster.register_login(registry)
     incluster.register_login(registry)
     (handler,) = registry._activities.get_all_handlers()  # kopf has no public accessor
     assert handler.activity.value == "authentication" and handler.fn is incluster.login

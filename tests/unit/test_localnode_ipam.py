@@ -3,7 +3,7 @@
 from ipaddress import IPv4Address
 
 import pytest
-from tensorkiln.localnode.ipam import IpAllocator, IpExhausted
+from tensorkiln_local.node.ipam import IpAllocator, IpExhausted
 
 
 def test_allocation_is_stable_and_survives_a_restart(tmp_path):

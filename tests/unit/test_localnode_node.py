@@ -1,6 +1,6 @@
 """Node and Lease builders."""
 
-from tensorkiln.localnode.node import (
+from tensorkiln_local.node.node import (
     MachineFacts,
     lease_object,
     node_object,

@@ -4,8 +4,8 @@ import base64
 from pathlib import Path
 
 import pytest
-from tensorkiln.localnode.images import ImageRule, Launch, repository, rule_for
-from tensorkiln.localnode.podspec import (
+from tensorkiln_local.node.images import ImageRule, Launch, repository, rule_for
+from tensorkiln_local.node.podspec import (
     PlanError,
     PodContext,
     expand,

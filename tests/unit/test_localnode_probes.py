@@ -5,7 +5,7 @@ import socket
 import threading
 
 import pytest
-from tensorkiln.localnode.probes import (
+from tensorkiln_local.node.probes import (
     Probe,
     ProbeError,
     ProbeTracker,

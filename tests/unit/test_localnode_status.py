@@ -1,6 +1,6 @@
 """Pod status builders: phases, container states, conditions, termination messages."""
 
-from tensorkiln.localnode.status import (
+from tensorkiln_local.node.status import (
     ContainerState,
     exit_code,
     pod_conditions,

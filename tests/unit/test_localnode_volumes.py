@@ -2,7 +2,7 @@
 
 import os
 
-from tensorkiln.localnode.podspec import synced_volumes, write_atomically
+from tensorkiln_local.node.podspec import synced_volumes, write_atomically
 
 
 def read(directory, name):

@@ -7,9 +7,9 @@ from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
-from tensorkiln.localnode import worker as worker_module
-from tensorkiln.localnode.ipam import IpAllocator
-from tensorkiln.localnode.worker import NodeEnv, PodWorker
+from tensorkiln_local.node import worker as worker_module
+from tensorkiln_local.node.ipam import IpAllocator
+from tensorkiln_local.node.worker import NodeEnv, PodWorker
 
 
 class FakeKube:

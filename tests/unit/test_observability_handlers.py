@@ -2,13 +2,17 @@
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import kopf
 import pytest
 from prometheus_client import REGISTRY
 from tensorkiln.builders.labels import MODEL
+from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.controllers import handlers
+from tensorkiln.controllers.failures import FailureTracker
 from tensorkiln.observability import logs
+from tensorkiln.settings import Settings
 
 BODY = {
     "apiVersion": "tensorkiln.dev/v1alpha1",
@@ -23,13 +27,19 @@ def value(name: str, **labels) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+def controller(state=None) -> handlers.Controller:
+    """A Controller over a context of stand-ins: no registry, no scaler, `state` as the cluster."""
+    context = SimpleNamespace(
+        settings=Settings(), namespaces=[], cache=WatchCache(), state=state, registry=lambda: None, scaler=None
+    )
+    return handlers.Controller(context)
+
+
 @pytest.fixture
 def stubbed(monkeypatch):
     """compilejob.reconcile replaced; what it saw of the log context is kept in `seen`."""
     seen = {}
     posted = []
-    monkeypatch.setattr(handlers, "state", lambda: type("State", (), {"core": None})())
-    monkeypatch.setattr(handlers, "registry", lambda: None)
     monkeypatch.setattr(handlers.events, "post", lambda *args: posted.append(args))
 
     def reconcile(state, compile_job, registry, settings):
@@ -50,7 +60,7 @@ def test_a_compile_job_reconcile_is_counted_logged_about_and_its_result_recorded
     failed = {"namespace": "ns-w", "model": "wired", "hardware_class": "cpu", "result": "Failed"}
     results = value("tensorkiln_compile_results_total", **failed)
 
-    handlers._compile_job(BODY)
+    controller(SimpleNamespace(core=None)).compile_job(BODY)
 
     assert value("tensorkiln_reconciles_total", kind="CompileJob") == reconciles + 1
     assert value("tensorkiln_compile_results_total", **failed) == results + 1
@@ -58,15 +68,13 @@ def test_a_compile_job_reconcile_is_counted_logged_about_and_its_result_recorded
     assert stubbed["posted"][0][3] == "CompileFailed"
 
 
-def test_a_failing_compile_job_reconcile_counts_as_an_error_and_goes_to_its_status(stubbed, monkeypatch):
+def test_a_failing_compile_job_reconcile_counts_as_an_error_and_goes_to_its_status(stubbed):
     stubbed["fail"] = True
     written = []
-    state = type("State", (), {"core": None, "apply_status": lambda self, obj, status: written.append(status)})()
-    monkeypatch.setattr(handlers, "state", lambda: state)
-    monkeypatch.setattr(handlers, "FAILURES", handlers.failures.FailureTracker())
+    state = SimpleNamespace(core=None, apply_status=lambda obj, status: written.append(status))
     errors = value("tensorkiln_reconcile_errors_total", kind="CompileJob")
 
-    handlers._compile_job(BODY)  # no exception escapes
+    controller(state).compile_job(BODY)  # no exception escapes
 
     assert value("tensorkiln_reconcile_errors_total", kind="CompileJob") == errors + 1
     (reconciled,) = written[0]["conditions"]
@@ -75,14 +83,15 @@ def test_a_failing_compile_job_reconcile_counts_as_an_error_and_goes_to_its_stat
 
 
 def test_the_probe_fails_once_the_resync_loop_is_gone():
+    probed = controller()
     with pytest.raises(kopf.PermanentError, match="resync loop is not running"):
-        handlers.resync_probe(memo={})
+        probed.resync_probe(memo={})
 
     async def probe_with(task_body):
         task = asyncio.create_task(task_body())
         await asyncio.sleep(0)
         try:
-            return handlers.resync_probe(memo={"resync": task})
+            return probed.resync_probe(memo={"resync": task})
         finally:
             task.cancel()
 
@@ -106,12 +115,10 @@ MODEL_BODY = {
 
 def test_a_failing_model_reconcile_goes_to_status_once_then_backs_off(monkeypatch, caplog):
     written, posted, calls = [], [], []
-    state = type("State", (), {"core": None, "apply_status": lambda self, obj, status: written.append(status)})()
-    monkeypatch.setattr(handlers, "state", lambda: state)
-    monkeypatch.setattr(handlers, "registry", lambda: None)
-    monkeypatch.setattr(handlers, "scaler", lambda: None)
+    state = SimpleNamespace(core=None, apply_status=lambda obj, status: written.append(status))
     monkeypatch.setattr(handlers.events, "post", lambda *args: posted.append(args))
-    monkeypatch.setattr(handlers, "FAILURES", handlers.failures.FailureTracker(first=60, cap=60))
+    failing = controller(state)
+    failing.failures = FailureTracker(first=60, cap=60)
 
     def reconcile(*_):
         calls.append(1)
@@ -120,9 +127,9 @@ def test_a_failing_model_reconcile_goes_to_status_once_then_backs_off(monkeypatc
     monkeypatch.setattr(handlers.inferencemodel, "reconcile", reconcile)
     errors = value("tensorkiln_reconcile_errors_total", kind="InferenceModel")
 
-    handlers._inference_model(MODEL_BODY)  # no exception escapes: kopf and the resync never see one
-    handlers._inference_model(MODEL_BODY)  # within the backoff: not tried again
-    handlers._inference_model(MODEL_BODY, forced=True)  # a spec change tries at once
+    failing.inference_model(MODEL_BODY)  # no exception escapes: kopf and the resync never see one
+    failing.inference_model(MODEL_BODY)  # within the backoff: not tried again
+    failing.inference_model(MODEL_BODY, forced=True)  # a spec change tries at once
 
     assert len(calls) == 2 and value("tensorkiln_reconcile_errors_total", kind="InferenceModel") == errors + 2
     (ready,) = written[0]["conditions"]

@@ -13,8 +13,7 @@ def entry(seconds_ago: float, priority: int = 0, lifetime: int = 60) -> dict:
     return {"priority": priority, "lifetime": lifetime, "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat()}
 
 
-def test_join_turns_kopf_from_standalone_to_mandatory_peering(monkeypatch):
-    monkeypatch.setattr(peering, "_joined", None)  # joined for this test only
+def test_join_turns_kopf_from_standalone_to_mandatory_peering():
     registry = kopf.OperatorRegistry()
     peering.join("tensorkiln", registry=registry)
     (handler,) = registry._activities.get_all_handlers()  # kopf has no public accessor
@@ -24,7 +23,6 @@ def test_join_turns_kopf_from_standalone_to_mandatory_peering(monkeypatch):
     handler.fn(settings=settings)
     assert (settings.peering.standalone, settings.peering.mandatory) == (False, True)
     assert (settings.peering.name, settings.peering.priority) == ("tensorkiln", peering.PRIORITY)
-    assert peering.joined()
 
 
 def test_a_live_peer_of_the_same_priority_pauses_and_self_does_not():
@@ -50,5 +48,7 @@ def test_an_empty_or_foreign_status_pauses_nobody():
 
 
 def test_identity_is_unique_to_this_process_and_named_after_its_host():
-    host, started, suffix = peering.IDENTITY.rsplit("/", 2)
+    identity = peering.new_identity()
+    host, started, suffix = identity.rsplit("/", 2)
     assert "@" in host and len(started) == 14 and len(suffix) == 4
+    assert peering.new_identity() != identity

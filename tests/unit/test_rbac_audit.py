@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tensorkiln import rbac
 from tensorkiln.rbac import Permission
-from tensorkiln.rbac_audit import NonResourceCall, Observed, compare, grants, observe, requests_since
+from tensorkiln_local.rbac_audit import NonResourceCall, Observed, compare, grants, observe, requests_since
 
 LINES = (Path(__file__).parent / "rbac_audit_events.jsonl").read_text().splitlines()
 NS = "t-5720452f"

@@ -1,9 +1,13 @@
 """How controllers.handlers runs a queued object: read from the cache, reconciled (forced past a
 backoff when its spec changed), queued again after a failure's backoff or the SLO scaler's period."""
 
+from types import SimpleNamespace
+
 import pytest
+from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.controllers import handlers
 from tensorkiln.controllers.workqueue import WorkQueue
+from tensorkiln.settings import Settings
 
 
 class Clock:
@@ -21,64 +25,60 @@ def model(name, slo=None, deleting=False):
 
 
 @pytest.fixture
-def wired(monkeypatch):
-    """A queue on a fake clock, a cache of `objects`, reconcilers that record and return `retry`."""
+def wired():
+    """A controller whose queue runs on a fake clock, its cache `objects`, its reconciler recording
+    and returning `retry`."""
     clock = Clock()
-    queue = WorkQueue(clock)
     objects, calls, retry = {}, [], {}
-    monkeypatch.setattr(handlers, "QUEUE", queue)
-    monkeypatch.setattr(handlers, "_forced", set())
-    monkeypatch.setattr(handlers, "_paused_by", [])
-    monkeypatch.setattr(
-        handlers, "state", lambda: type("State", (), {"get": lambda self, v, k, ns, n: objects.get((k, ns, n))})()
-    )
+    state = SimpleNamespace(get=lambda version, kind, ns, name: objects.get((kind, ns, name)))
+    context = SimpleNamespace(settings=Settings(slo_period_seconds=10), namespaces=[], cache=WatchCache(), state=state)
+    controller = handlers.Controller(context, WorkQueue(clock))
 
     def reconcile(body, forced=False):
         calls.append((body["metadata"]["name"], forced))
         return retry.get(body["metadata"]["name"])
 
-    monkeypatch.setattr(handlers, "_inference_model", reconcile)
-    monkeypatch.setattr(handlers, "SETTINGS", handlers.SETTINGS.__class__(slo_period_seconds=10))
-    return clock, queue, objects, calls, retry
+    controller.inference_model = reconcile
+    return clock, controller, objects, calls, retry
 
 
-def drain(queue):
-    while (item := queue.get(timeout=0)) is not None:
-        handlers._process(item)
-        queue.done(item)
+def drain(controller):
+    while (item := controller.queue.get(timeout=0)) is not None:
+        controller.process(item)
+        controller.queue.done(item)
 
 
 def test_a_queued_object_is_reconciled_from_the_cache_once(wired):
-    clock, queue, objects, calls, _ = wired
+    clock, controller, objects, calls, _ = wired
     objects[("InferenceModel", "ns", "a")] = model("a")
-    handlers.enqueue(model("a"))
-    handlers.enqueue(model("a"), forced=True)
-    drain(queue)
-    assert calls == [("a", True)] and len(queue) == 0
+    controller.enqueue(model("a"))
+    controller.enqueue(model("a"), forced=True)
+    drain(controller)
+    assert calls == [("a", True)] and len(controller.queue) == 0
 
 
 def test_gone_or_deleting_objects_are_not_reconciled(wired):
-    _, queue, objects, calls, _ = wired
+    _, controller, objects, calls, _ = wired
     objects[("InferenceModel", "ns", "b")] = model("b", deleting=True)
-    handlers.enqueue(model("a"))
-    handlers.enqueue(model("b"))
-    drain(queue)
+    controller.enqueue(model("a"))
+    controller.enqueue(model("b"))
+    drain(controller)
     assert calls == []
 
 
 def test_a_failure_comes_back_after_its_backoff_and_an_slo_model_on_its_period(wired):
-    clock, queue, objects, calls, retry = wired
+    clock, controller, objects, calls, retry = wired
     objects[("InferenceModel", "ns", "f")] = model("f")
     objects[("InferenceModel", "ns", "s")] = model("s", slo={"targetMilliseconds": 50})
     objects[("InferenceModel", "ns", "h")] = model("h", slo={"targetMilliseconds": 50, "mode": "HPA"})
     retry["f"] = 30.0
     for name in "fsh":
-        handlers.enqueue(model(name))
-    drain(queue)
-    assert len(queue) == 2  # f after its backoff, s on the scaler's period; h (HPA mode) not
+        controller.enqueue(model(name))
+    drain(controller)
+    assert len(controller.queue) == 2  # f after its backoff, s on the scaler's period; h (HPA mode) not
     clock.now += 10
-    drain(queue)
+    drain(controller)
     assert calls[3:] == [("s", False)]
     clock.now += 20
-    drain(queue)
+    drain(controller)
     assert ("f", False) in calls[4:]

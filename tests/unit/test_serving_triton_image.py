@@ -5,8 +5,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorkiln.localnode.images import Launch, TritonServer, local_tritonserver, rule_for, tritonserver_launch
-from tensorkiln.localnode.podspec import PodContext, plan_pod
+from tensorkiln_local.node.images import Launch, TritonServer, local_tritonserver, rule_for, tritonserver_launch
+from tensorkiln_local.node.podspec import PodContext, plan_pod
 
 SERVER = TritonServer(
     binary=Path("/wheel/pytriton/tritonserver/bin/tritonserver"),

@@ -1,4 +1,4 @@
-"""The watch cache (controllers.cache) and ClusterState's reads through it.
+"""The watch cache (tensorkiln.cluster.cache) and ClusterState's reads through it.
 
 kopf's indexes are Mappings of key -> Store (an iterable of values); here plain dicts of lists stand
 in for them, filled with exactly what the index handlers return. The cluster-side behaviour (kopf
@@ -8,8 +8,8 @@ tests/integration/test_watch_cache.py.
 
 import pytest
 from tensorkiln.builders.labels import COMPILE_JOB, MANAGED_BY, MODEL
-from tensorkiln.controllers import cache
-from tensorkiln.controllers.state import ClusterState
+from tensorkiln.cluster import cache
+from tensorkiln.cluster.state import ClusterState
 
 KIND = {k.kind: k for k in cache.KINDS}
 

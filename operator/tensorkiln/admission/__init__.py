@@ -1,1 +1,1 @@
-"""Admission: what an InferenceModel needs beyond its schema, checked by the webhook and the reconciler."""
+"""Admission: the validating webhook (kopf serves it) and its certificates; what it checks is tensorkiln.review."""

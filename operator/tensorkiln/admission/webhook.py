@@ -2,7 +2,7 @@
 
 kopf serves each admission handler at /<handler id>: the id is `validate-inferencemodel`, the path
 the chart's ValidatingWebhookConfiguration calls. It refuses what the CRD's schema and CEL cannot
-see (tensorkiln.admission.checks: file:// outside the allowed roots, a missing claim or Secret)
+see (tensorkiln.review.checks: file:// outside the allowed roots, a missing claim or Secret)
 with a message naming the field and the fix, and returns warnings (hardware matching no node, an
 SLO target below the measured latency) that kubectl prints as `Warning:` lines.
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
+import functools
 import itertools
 import logging
 import os
@@ -44,12 +45,15 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from tensorkiln import kube
-from tensorkiln.admission import certificates, checks
-from tensorkiln.admission import cluster as admission_cluster
+from tensorkiln.admission import certificates
 from tensorkiln.api import GROUP, VERSION, InferenceModelSpec, field_errors
 from tensorkiln.api.names import model_name_problems
 from tensorkiln.apierrors import describe
 from tensorkiln.builders.labels import HARDWARE_CLASS
+from tensorkiln.cluster.state import ClusterState
+from tensorkiln.controllers.context import OperatorContext
+from tensorkiln.review import checks
+from tensorkiln.review import cluster as review_cluster
 from tensorkiln.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -94,11 +98,9 @@ def judge(model: dict, old: dict | None, operation: str, review, namespaces: lis
     return [f.message for f in findings if f.is_error], [f.message for f in findings if not f.is_error]
 
 
-def review_in_cluster(model: dict, spec: dict) -> list[checks.Finding]:
-    """The findings from the operator's shared cluster state and registry (controllers.handlers)."""
-    from tensorkiln.controllers import handlers
-
-    state = handlers.state()
+def review_in_cluster(context: OperatorContext, model: dict, spec: dict) -> list[checks.Finding]:
+    """The findings from the operator's shared cluster state and registry."""
+    state = context.state
     meta = model["metadata"]
     existing = {}
     if meta.get("name"):
@@ -107,12 +109,12 @@ def review_in_cluster(model: dict, spec: dict) -> list[checks.Finding]:
             for cj in state.compile_jobs(meta["namespace"], meta["name"])
         }
     try:
-        registry = handlers.registry()
+        registry = context.registry()
     except Exception as error:  # an unreachable registry only loses the latency check
         log.debug("registry unavailable for admission: %s", error)
         registry = None
     model = {**model, "metadata": {"uid": "", **meta}}  # a CREATE may not carry a uid yet
-    return admission_cluster.review(state, registry, handlers.SETTINGS, model, spec, existing, cache_lookup=True)
+    return review_cluster.review(state, registry, context.settings, model, spec, existing, cache_lookup=True)
 
 
 def build_configuration(
@@ -195,35 +197,31 @@ def _load(context: ssl.SSLContext, bundle: certificates.Bundle) -> None:
         context.load_cert_chain(cert, key)
 
 
-def _admission_api() -> client.AdmissionregistrationV1Api:
-    from tensorkiln.controllers import handlers
-
-    return client.AdmissionregistrationV1Api(handlers.state().api)
+def _admission_api(state: ClusterState) -> client.AdmissionregistrationV1Api:
+    return client.AdmissionregistrationV1Api(state.api)
 
 
 def _ca_bundle(bundle: certificates.Bundle) -> str:
     return base64.b64encode(bundle.ca).decode()
 
 
-def delete_managed(name: str) -> None:
+def delete_managed(state: ClusterState, name: str) -> None:
     try:
-        _admission_api().delete_validating_webhook_configuration(name)
+        _admission_api(state).delete_validating_webhook_configuration(name)
         log.info("ValidatingWebhookConfiguration %s deleted", name)
     except client.ApiException as error:
         if error.status != 404:
             log.warning("cannot delete ValidatingWebhookConfiguration %s: %s", name, error.reason)
 
 
-def _managed_server(settings: Settings, namespaces: list[str]) -> _Server:
+def _managed_server(settings: Settings, namespaces: list[str], state: ClusterState) -> _Server:
     bundle = certificates.issue([MANAGED_HOST, "localhost"])
     certfile, pkeyfile = _write_files(bundle)
 
     def register(url: str) -> None:
-        from tensorkiln.controllers import handlers
-
         url = f"{url.rstrip('/')}/{HANDLER_ID}"  # kopf routes /<handler id> to the handler
         config = build_configuration(settings.webhook_managed, {"url": url, "caBundle": _ca_bundle(bundle)}, namespaces)
-        kube.apply(handlers.state().dynamic, config)
+        kube.apply(state.dynamic, config)
         log.info("ValidatingWebhookConfiguration %s points at %s", settings.webhook_managed, url)
 
     return _Server(
@@ -298,9 +296,7 @@ def _lifetime(settings: Settings) -> tuple[datetime.timedelta, datetime.timedelt
     return duration, renew_before
 
 
-def _secret_server(settings: Settings) -> _Server:
-    from tensorkiln.controllers import handlers
-
+def _secret_server(settings: Settings, state: ClusterState) -> _Server:
     if not (settings.pod_namespace and settings.webhook_service and settings.webhook_configuration):
         raise kopf.PermanentError(
             "TENSORKILN_WEBHOOK_CERT_SECRET needs POD_NAMESPACE, TENSORKILN_WEBHOOK_SERVICE and "
@@ -309,13 +305,13 @@ def _secret_server(settings: Settings) -> _Server:
     lifetime = _lifetime(settings)
     service, namespace = settings.webhook_service, settings.pod_namespace
     hostnames = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
-    core = handlers.state().core
+    core = state.core
     serving = _secret_bundle(core, settings, hostnames, lifetime)
     context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
     _load(context, serving)
 
     def inject_ca(ca: bytes) -> None:
-        api = _admission_api()
+        api = _admission_api(state)
         name = settings.webhook_configuration
         config = wait_for_configuration(api, name)
         encoded = base64.b64encode(ca).decode()
@@ -348,11 +344,11 @@ def _secret_server(settings: Settings) -> _Server:
     )  # fmt: skip
 
 
-def server_for(settings: Settings, namespaces: list[str]) -> kopf.WebhookServer:
+def server_for(settings: Settings, namespaces: list[str], state: ClusterState) -> kopf.WebhookServer:
     if settings.webhook_managed:
-        return _managed_server(settings, namespaces)
+        return _managed_server(settings, namespaces, state)
     if settings.webhook_cert_secret:
-        return _secret_server(settings)
+        return _secret_server(settings, state)
     cert, key = (os.path.join(settings.webhook_cert_dir, f) for f in ("tls.crt", "tls.key"))
     if not (os.path.exists(cert) and os.path.exists(key)):
         raise kopf.PermanentError(
@@ -362,23 +358,25 @@ def server_for(settings: Settings, namespaces: list[str]) -> kopf.WebhookServer:
     return kopf.WebhookServer(addr=settings.webhook_address, port=settings.webhook_port, certfile=cert, pkeyfile=key)
 
 
-def register(config: Settings, namespaces: list[str], registry: kopf.OperatorRegistry | None = None) -> None:
+def register(context: OperatorContext, registry: kopf.OperatorRegistry) -> None:
     """Serve the webhook in the next kopf.operator() (called by the runner when the port is set)."""
     im = (GROUP, VERSION, "inferencemodels")
+    config, namespaces, state = context.settings, context.namespaces, context.state
+    review = functools.partial(review_in_cluster, context)
 
     @kopf.on.startup(id="tensorkiln-webhook", registry=registry)
     async def serve(settings: kopf.OperatorSettings, **_) -> None:
-        settings.admission.server = await asyncio.to_thread(server_for, config, namespaces)
+        settings.admission.server = await asyncio.to_thread(server_for, config, namespaces, state)
 
     @kopf.on.cleanup(id="tensorkiln-webhook-cleanup", registry=registry)
     def unregister(**_) -> None:
         if config.webhook_managed:
-            delete_managed(config.webhook_managed)
+            delete_managed(state, config.webhook_managed)
 
     @kopf.on.validate(*im, id=HANDLER_ID, operations=["CREATE", "UPDATE"], ignore_failures=True, registry=registry)
     def validate_inference_model(body, old, operation, warnings: list[str], **_) -> None:
         model = dict(body)
-        errors, found = judge(model, dict(old) if old is not None else None, operation, review_in_cluster, namespaces)
+        errors, found = judge(model, dict(old) if old is not None else None, operation, review, namespaces)
         warnings.extend(found)
         if errors:
             meta = model.get("metadata", {})

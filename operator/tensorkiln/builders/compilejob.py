@@ -4,6 +4,7 @@ from tensorkiln.api import API_VERSION
 from tensorkiln.builders import labels
 from tensorkiln.builders.naming import bounded_name, digest, target_name
 from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.registry.manifest import CacheKey
 from tensorkiln.settings import Settings
 
 DEFAULT_RESOURCES = {
@@ -85,3 +86,16 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         },
         "spec": job_spec,
     }
+
+
+def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
+    """The registry key of this compile; None when the model digest is only known after fetching it."""
+    spec = compile_job["spec"]
+    if not spec.get("modelDigest"):
+        return None
+    return CacheKey(
+        model_digest=spec["modelDigest"],
+        options_hash=spec["optionsHash"],
+        hardware_class=spec["hardware"]["className"],
+        compiler_version=settings.compiler_version,
+    )

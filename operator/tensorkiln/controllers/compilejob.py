@@ -7,13 +7,14 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from tensorkiln.admission.checks import refused_compile_job_status
+from tensorkiln.builders.compilejob import cache_key
 from tensorkiln.builders.job import build_job, job_name
+from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers.backoff import Backoff
 from tensorkiln.controllers.failures import cleared
-from tensorkiln.controllers.state import ClusterState
 from tensorkiln.observability import metrics as own_metrics
-from tensorkiln.registry import CacheKey, EngineNotFound, Registry, RegistryError, RegistryUnavailable
+from tensorkiln.registry import EngineNotFound, Registry, RegistryError, RegistryUnavailable
+from tensorkiln.review.checks import refused_compile_job_status
 from tensorkiln.settings import Settings
 from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
 from tensorkiln.status.conditions import condition, merge_conditions
@@ -26,19 +27,6 @@ RECONCILED = "Reconciled"  # set only while reconciling the CompileJob fails (ha
 
 # How long a CompileJob waits before asking an unreachable registry again.
 REGISTRY_BACKOFF = Backoff(first=5.0, cap=80.0)
-
-
-def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
-    """The registry key of this compile; None when the model digest is only known after fetching it."""
-    spec = compile_job["spec"]
-    if not spec.get("modelDigest"):
-        return None
-    return CacheKey(
-        model_digest=spec["modelDigest"],
-        options_hash=spec["optionsHash"],
-        hardware_class=spec["hardware"]["className"],
-        compiler_version=settings.compiler_version,
-    )
 
 
 def _published(registry: Registry, engine: dict | None) -> Published | None:

@@ -10,21 +10,21 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from tensorkiln import apierrors
-from tensorkiln.admission import checks as admission_checks
-from tensorkiln.admission import cluster as admission
 from tensorkiln.api import API_VERSION, InferenceModelSpec, field_errors
 from tensorkiln.api.names import model_name_problems
 from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
+from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers import events, owned
 from tensorkiln.controllers.plan import GATHERED, plan
 from tensorkiln.controllers.scaler import Outcome, Scaler
-from tensorkiln.controllers.state import ClusterState
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.observability import metrics as operator_metrics
 from tensorkiln.registry import Registry, RegistryError
+from tensorkiln.review import checks as review_checks
+from tensorkiln.review import cluster as review
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import inference_model_status
@@ -164,7 +164,7 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     }
     # Admission checks, as the webhook makes them (it may be off or bypassed): while one is an error
     # no CompileJob is created or changed, so e.g. a file:// outside the allowed roots is never mounted.
-    findings = admission.review(state, registry, settings, model, spec, existing)
+    findings = review.review(state, registry, settings, model, spec, existing)
     blocked = any(f.is_error for f in findings)
     compile_jobs, rollouts, engines, slo_outcomes, refused, conflicts = {}, {}, {}, {}, {}, {}
     scaled = spec.get("slo") is not None and spec["slo"]["mode"] == "Operator"
@@ -195,7 +195,7 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
     status = inference_model_status(
         model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes,
-        spec_valid=admission_checks.spec_valid_condition(findings), refused=refused, conflicts=conflicts,
+        spec_valid=review_checks.spec_valid_condition(findings), refused=refused, conflicts=conflicts,
     )  # fmt: skip
     return _write_status(state, model, status)
 

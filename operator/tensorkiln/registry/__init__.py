@@ -6,8 +6,8 @@ from tensorkiln.registry.base import (
     Registry,
     RegistryError,
     RegistryUnavailable,
-    open_registry,
 )
+from tensorkiln.registry.locations import open_registry
 from tensorkiln.registry.manifest import Artifact, CacheKey, EngineManifest
 
 __all__ = [

@@ -22,7 +22,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import unquote, urlsplit
 
 from pydantic import ValidationError
 
@@ -64,37 +63,6 @@ def artifact_key(digest: str, path: str) -> str:
 
 def index_key(key: CacheKey) -> str:
     return f"index/{key.id()}.json"
-
-
-# pvc://claim/path is read at PVC_ROOT/claim/path, where the operator's pod mounts the claim (the
-# Helm chart does; compile and Triton pods get a file:// URI from builders.storage instead).
-PVC_ROOT_ENV = "TENSORKILN_PVC_ROOT"
-DEFAULT_PVC_ROOT = "/mnt/pvc"
-
-
-def open_registry(uri: str) -> "Registry":
-    """`file:///abs/path`, `pvc://claim/path` (a mounted claim) or `s3://bucket/prefix` (endpoint
-    and credentials from the environment)."""
-    parts = urlsplit(uri)
-    # Backends import this module, so they are imported here; minio only when S3 is used.
-    if parts.scheme == "file" and not parts.netloc and parts.path.startswith("/"):
-        from tensorkiln.registry.filesystem import FilesystemRegistry
-
-        return FilesystemRegistry(Path(unquote(parts.path)))
-    if parts.scheme == "pvc" and parts.netloc:
-        from tensorkiln.registry.filesystem import FilesystemRegistry
-
-        root = Path(os.environ.get(PVC_ROOT_ENV, DEFAULT_PVC_ROOT)) / parts.netloc / unquote(parts.path).strip("/")
-        registry = FilesystemRegistry(root)
-        registry.uri = uri.rstrip("/")  # engine URIs in status name the claim, as the spec did
-        return registry
-    if parts.scheme == "s3" and parts.netloc:
-        from tensorkiln.registry.s3 import S3Registry
-
-        return S3Registry.from_env(parts.netloc, parts.path.strip("/"))
-    raise RegistryError(
-        f"unsupported registry URI {uri!r}: expected file:///absolute/path, pvc://claim/path or s3://bucket/prefix"
-    )
 
 
 class Registry(ABC):

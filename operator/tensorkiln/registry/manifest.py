@@ -88,7 +88,7 @@ class EngineManifest(_Model):
     origin: Literal["compiled", "test-seed", "simulation"] = Field(
         "compiled",
         description="test-seed: a placeholder for a kwok-simulated pool; simulation: a fixed-service-time "
-        "stand-in for a GPU-bound engine that computes nothing (localcluster/engine_seeds.py); no compiler ran",
+        "stand-in for a GPU-bound engine that computes nothing (tensorkiln_local engine_seeds); no compiler ran",
     )
     key: CacheKey
     model_name: str

@@ -2,7 +2,7 @@
 
 Series carry Triton's own labels `model` (Triton's model name: the InferenceModel's name) and
 `version`, and the scrape's `namespace`, `pod` and `hardware_class` (the pod label
-tensorkiln.dev/hardware-class; see RELABEL_CONFIGS in localcluster/prometheus.py). A target is
+tensorkiln.dev/hardware-class; see RELABEL_CONFIGS in tensorkiln_local.cluster.prometheus). A target is
 (namespace, model, hardware_class).
 
 Triton's latency summaries (`--metrics-config summary_latencies=true`) are per pod, over a

@@ -127,7 +127,7 @@ def inference_model_status(
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served.
-    `spec_valid`: the admission checks' SpecValid condition (tensorkiln.admission.checks).
+    `spec_valid`: the admission checks' SpecValid condition (tensorkiln.review.checks).
     `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why.
     `conflicts`: targets (or "model Service") whose derived names another owner's objects hold."""
     generation = model["metadata"].get("generation", 1)

@@ -39,7 +39,7 @@ import triton_python_backend_utils as pb_utils
 
 ENGINE_JSON = "engine.json"
 # What this model serves. SimulatedServiceTime is a SIMULATION (origin "simulation" in the
-# registry, see tensorkiln.localcluster.engine_seeds): it sleeps a fixed time per batch and
+# registry, see tensorkiln_local.cluster.engine_seeds): it sleeps a fixed time per batch and
 # answers zeros, standing in for a GPU-bound engine so the local node can show scaling.
 ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx", "SimulatedServiceTime": "simulation.json"}
 

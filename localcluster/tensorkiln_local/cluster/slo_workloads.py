@@ -22,21 +22,21 @@ from pathlib import Path
 
 import numpy as np
 from kubernetes import client
-
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.builders.serving import target_name
 from tensorkiln.hardware.classes import HardwareClass, discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.localcluster import prometheus
-from tensorkiln.localcluster.engine_seeds import publish_simulation
-from tensorkiln.localcluster.ocr_models import CLS, DET, OcrModel
 from tensorkiln.registry.manifest import TensorInfo
 from tensorkiln.scaling.metrics import connect, observe
 from tensorkiln.serving import capacity
 from tensorkiln.serving.loadgen import Phase
 
-STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln cluster up` stages the models
+from tensorkiln_local.cluster import prometheus
+from tensorkiln_local.cluster.engine_seeds import publish_simulation
+from tensorkiln_local.cluster.ocr_models import CLS, DET, OcrModel
+
+STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln-local cluster up` stages the models
 
 
 @dataclass(frozen=True)

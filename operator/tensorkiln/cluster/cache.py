@@ -161,7 +161,7 @@ class WatchCache:
             return written[1]
 
 
-def register(cache: WatchCache) -> None:
+def register(cache: WatchCache, registry: kopf.OperatorRegistry) -> None:
     """kopf index handlers for every kind in KINDS, and the startup handler that hands the
     indexes to `cache`."""
     for cached in KINDS:
@@ -169,16 +169,17 @@ def register(cache: WatchCache) -> None:
         def index(body, cached=cached, **_) -> dict:
             return index_keys(cached, kept(body))
 
-        kopf.index(cached.group, cached.version, cached.plural, id=cached.index_id, labels=dict(cached.labels) or None)(
+        labels = dict(cached.labels) or None
+        kopf.index(cached.group, cached.version, cached.plural, id=cached.index_id, labels=labels, registry=registry)(
             index
         )
 
-    @kopf.on.startup()
+    @kopf.on.startup(registry=registry)
     def attach_cache(**kwargs) -> None:  # kopf passes every index by its handler's id
         cache.attach(kwargs)
 
     # The first resource event comes after every initial listing; once filled, the filter keeps
     # the handler (and kopf's log line for it) off every later node event.
-    @kopf.on.event("", "v1", "nodes", when=lambda **_: not cache.filled)
+    @kopf.on.event("", "v1", "nodes", when=lambda **_: not cache.filled, registry=registry)
     async def cache_filled(**_) -> None:
         cache.mark_filled()

@@ -136,7 +136,7 @@ def _install(source: Path, target: Path) -> None:
     os.replace(partial, target)
 
 
-# operator/Dockerfile: ENTRYPOINT and ENV. registry/base.py: PVC_ROOT_ENV and DEFAULT_PVC_ROOT.
+# operator/Dockerfile: ENTRYPOINT and ENV. registry/locations.py: PVC_ROOT_ENV and DEFAULT_PVC_ROOT.
 OPERATOR_ENTRYPOINT = ("tensorkiln", "operator", "run")
 OPERATOR_IMAGE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 PVC_ROOT_ENV = "TENSORKILN_PVC_ROOT"

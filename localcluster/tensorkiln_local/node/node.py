@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cpu import cpu_labels, parse_cpuinfo
+from tensorkiln.hardware.cpuinfo import cpu_labels, parse_cpuinfo
 
 KUBELET_VERSION = "v1.37.2"
 RUNTIME_VERSION = "tensorkiln-localnode://0.1.0"

@@ -2,7 +2,7 @@
 
 Debian builds Prometheus without Kubernetes service discovery (its NEWS.Debian: "Kubernetes
 support has been completely removed"; `kubernetes_sd_configs` is an unknown field there). So the
-detached process started here (`python -m tensorkiln.localcluster.prometheus`) is Prometheus as a
+detached process started here (`python -m tensorkiln_local.cluster.prometheus`) is Prometheus as a
 child plus the discovery it lacks: every two seconds it lists the cluster's pods and writes them to
 a file_sd file with the `__meta_kubernetes_*` labels that `kubernetes_sd_configs` (role pod) gives
 a pod, Prometheus's documented way to plug in a custom discovery. What is scraped and how series
@@ -22,9 +22,9 @@ import urllib.request
 
 import yaml
 from kubernetes import client
-
 from tensorkiln import kube
-from tensorkiln.localcluster import paths, processes
+
+from tensorkiln_local.cluster import paths, processes
 
 BINARY = "/usr/bin/prometheus"
 PORT = 9091  # not Prometheus's default 9090, where a Debian service may listen
@@ -164,7 +164,7 @@ def start(timeout: float = 60) -> int:
     if not CONFIG.exists() or CONFIG.read_text() != text:
         stop()
         CONFIG.write_text(text)
-    pid = processes.start([sys.executable, "-m", "tensorkiln.localcluster.prometheus"], PIDFILE, LOGFILE)
+    pid = processes.start([sys.executable, "-m", "tensorkiln_local.cluster.prometheus"], PIDFILE, LOGFILE)
     deadline = time.monotonic() + timeout
     while not _ready():
         if time.monotonic() > deadline:

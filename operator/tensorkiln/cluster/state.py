@@ -1,6 +1,6 @@
 """Reading cluster state as plain camelCase dicts, the form the pure functions take.
 
-In the operator, reads come from its watch cache (controllers.cache) once kopf has filled it;
+In the operator, reads come from its watch cache (tensorkiln.cluster.cache) once kopf has filled it;
 without one (the CLI, tests, the moments before the first listing) they go to the API server."""
 
 import threading
@@ -13,7 +13,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
-from tensorkiln.controllers.cache import JOB_NAME, WatchCache
+from tensorkiln.cluster.cache import JOB_NAME, WatchCache
 from tensorkiln.hardware.classes import is_simulated
 from tensorkiln.registry import EngineManifest, Registry
 
@@ -30,11 +30,20 @@ class ClusterState:
         self.batch = client.BatchV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.dynamic = DynamicClient(api)
+        self._dynamic: DynamicClient | None = None
         self._nodes: list[dict] = []
         self._nodes_at = float("-inf")
         self._lock = threading.Lock()
         self._manifests: dict[str, EngineManifest] = {}
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        """Made on first use: making one asks the API server for its discovery documents, which an
+        operator starting before the API server is reachable must not do yet."""
+        with self._lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api)
+            return self._dynamic
 
     def _plain(self, obj) -> dict:
         return self.api.sanitize_for_serialization(obj)

@@ -1,6 +1,6 @@
-"""`python -m tensorkiln.localnode`: the agent that makes one real node out of this machine.
+"""`python -m tensorkiln_local.node`: the agent that makes one real node out of this machine.
 
-    python -m tensorkiln.localnode --kubeconfig PATH --node-name local-0 --state-dir DIR
+    python -m tensorkiln_local.node --kubeconfig PATH --node-name local-0 --state-dir DIR
 
 Runs until SIGTERM/SIGINT, then kills the pods' processes (like a node shutdown) and exits
 without touching the API: the node going NotReady is what Kubernetes expects. Logs go to
@@ -25,7 +25,7 @@ from .kube import Kube
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensorkiln.localnode", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tensorkiln_local.node", description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--node-name", default="local-0")
     parser.add_argument("--state-dir", required=True, type=Path)

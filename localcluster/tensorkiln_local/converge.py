@@ -1,9 +1,8 @@
-"""`tensorkiln wait`: block until every InferenceModel has been handled and its compile pods placed."""
+"""`tensorkiln-local wait`: block until every InferenceModel has been handled and its compile pods placed."""
 
 import time
 
 from kubernetes import client
-
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.status.conditions import find

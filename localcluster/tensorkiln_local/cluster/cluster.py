@@ -1,10 +1,10 @@
-"""`tensorkiln cluster up|down|status|env`: the local cluster's lifecycle.
+"""`tensorkiln-local cluster up|down|status|env`: the local cluster's lifecycle.
 
 kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 and the kwok controller as local processes and writes their certificates and kubeconfig.
 On top of that this module applies the simulated node pools and the CRDs and starts the
-local node agent for the real node local-0, then Prometheus (localcluster/prometheus.py).
-A running agent is kept, unless its code (tensorkiln/localnode/) changed since it was started:
+local node agent for the real node local-0, then Prometheus (tensorkiln_local.cluster.prometheus).
+A running agent is kept, unless its code (tensorkiln_local/node/) changed since it was started:
 then it is restarted, and the processes of the pods on local-0 with it (a restarted agent
 restarts them as the restart policy says; running Job pods fail, so do it between test runs).
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
-
-import tensorkiln.localnode
 from tensorkiln import kube
-from tensorkiln.localcluster import binaries, paths, pools, processes, prometheus
-from tensorkiln.operator_runner import PIDFILE as OPERATOR_PIDFILE
+
+import tensorkiln_local.node
+from tensorkiln_local.cluster import binaries, paths, pools, processes, prometheus
+from tensorkiln_local.operator_process import PIDFILE as OPERATOR_PIDFILE
 
 LOCAL_NODE = "local-0"
 AGENT_PIDFILE = paths.LOCALNODE_STATE / "agent.pid"
@@ -168,9 +168,9 @@ def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
 
 
 def agent_code() -> str:
-    """A digest of the agent's source: tensorkiln/localnode/*.py."""
+    """A digest of the agent's source: tensorkiln_local/node/*.py."""
     digest = hashlib.sha256()
-    for source in sorted(Path(tensorkiln.localnode.__file__).parent.glob("*.py")):
+    for source in sorted(Path(tensorkiln_local.node.__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -182,7 +182,7 @@ def _start_agent(core: client.CoreV1Api) -> None:
     recorded = AGENT_CODE.read_text() if AGENT_CODE.exists() else ""
     if running and recorded != code:
         print(
-            f"the local node agent (pid {running}) runs older code than tensorkiln/localnode/: restarting it; "
+            f"the local node agent (pid {running}) runs older code than tensorkiln_local/node/: restarting it; "
             f"the processes of the pods on {LOCAL_NODE} restart with it",
             file=sys.stderr,
         )
@@ -194,7 +194,7 @@ def _start_agent(core: client.CoreV1Api) -> None:
         [
             sys.executable,
             "-m",
-            "tensorkiln.localnode",
+            "tensorkiln_local.node",
             "--kubeconfig",
             str(paths.KUBECONFIG),
             "--node-name",
@@ -218,7 +218,7 @@ def _start_agent(core: client.CoreV1Api) -> None:
 
 def _stage_sample_models() -> None:
     try:
-        from tensorkiln.localcluster import ocr_models
+        from tensorkiln_local.cluster import ocr_models
     except ImportError:  # the test extra (rapidocr-onnxruntime) is not installed: no CPU samples
         print("rapidocr-onnxruntime not installed: CPU sample models not staged", file=sys.stderr)
         return
@@ -236,7 +236,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
         _apply_pools(dynamic, pool_file)
         _start_agent(client.CoreV1Api(api))
     prometheus.start()
-    print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln cluster env)"')
+    print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
 
 
 def down() -> None:
@@ -278,7 +278,7 @@ def status() -> int:
 
 
 def env() -> str:
-    """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln cluster env)"`)."""
+    """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln-local cluster env)"`)."""
     return (
         f"export KUBECONFIG={paths.KUBECONFIG}\nexport PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
         f"export TENSORKILN_PROMETHEUS_URL={prometheus.url()}\n"

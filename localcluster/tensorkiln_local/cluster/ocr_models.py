@@ -1,6 +1,6 @@
 """Real models and realistic inputs: the OCR models in the rapidocr-onnxruntime wheel.
 
-`tensorkiln cluster up` stages them (and calibration sets) under /var/lib/tensorkiln/models,
+`tensorkiln-local cluster up` stages them (and calibration sets) under /var/lib/tensorkiln/models,
 where the CPU samples in manifests/samples point; tests and e2e/bench_compile.py use them too.
 
 The wheel ships no images, so inputs are rendered text (white page, dark words), normalised

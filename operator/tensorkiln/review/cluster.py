@@ -8,11 +8,10 @@ import logging
 from kubernetes import client
 from kubernetes.dynamic.exceptions import DynamicApiError
 
-from tensorkiln.admission import checks
-from tensorkiln.builders.compilejob import build_compile_job
-from tensorkiln.controllers.compilejob import cache_key
-from tensorkiln.controllers.state import ClusterState
+from tensorkiln.builders.compilejob import build_compile_job, cache_key
+from tensorkiln.cluster.state import ClusterState
 from tensorkiln.registry import Registry, RegistryError
+from tensorkiln.review import checks
 from tensorkiln.settings import Settings
 
 log = logging.getLogger(__name__)

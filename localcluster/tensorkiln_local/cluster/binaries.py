@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorkiln.localcluster import paths
+from tensorkiln_local.cluster import paths
 
 KUBERNETES_VERSION = "v1.37.2"
 
@@ -76,7 +76,7 @@ BINARIES = {
     )
 }
 
-# What the cluster itself needs; helm (`tensorkiln cluster build helm`) and versitygw (the S3
+# What the cluster itself needs; helm (`tensorkiln-local cluster build helm`) and versitygw (the S3
 # registry tests) are built on demand.
 CLUSTER_BINARIES = ("kube", "etcd", "kwok", "kwokctl")
 
