@@ -114,6 +114,15 @@ def test_inference_model_compiling_is_progressing():
     assert hs == {"status": "Progressing", "message": "Compiling: compiling for: nvidia-l4 (0/2 serving, 1 compiled)"}
 
 
+def test_inference_model_on_simulated_pools_is_progressing_and_says_why():
+    job = {"metadata": {"name": "resnet50-nvidia-l4"}, "status": {"phase": "Running", "simulatedNode": True}}
+    status = inference_model_status(obj("InferenceModel", None), [L4], {"nvidia-l4": job}, {}, {}, [], str, NOW)
+    assert status["phase"] == "Simulated"
+    hs = health("InferenceModel", obj("InferenceModel", status))
+    assert hs["status"] == "Progressing"
+    assert hs["message"].startswith("Simulated: nvidia-l4: simulated by kwok: no compile pod runs there")
+
+
 def test_inference_model_failed_is_degraded():
     status = model_status([L4], {"nvidia-l4": "Failed"})
     assert status["phase"] == "Failed"

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import SIMULATED_POOL, inference_model_status
 from tensorkiln.status.serving import Rollout
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -15,8 +15,8 @@ def target(name, nodes=("n1",), simulated=True):
     )
 
 
-def cj(name, phase, engine=None):
-    status = {"phase": phase}
+def cj(name, phase, engine=None, simulated_node=False):
+    status = {"phase": phase, "simulatedNode": simulated_node}
     if engine:
         status["engine"] = {"digest": engine, "uri": "file:///r"}
     return {"metadata": {"name": name}, "status": status}
@@ -41,7 +41,8 @@ def test_no_hardware_names_the_products_seen():
 
 
 def test_compiling_rollup_and_summary():
-    status = status_of([target("h100"), target("l4")], {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")})
+    targets = [target("h100", simulated=False), target("l4", simulated=False)]
+    status = status_of(targets, {"h100": cj("m-h100", "Running"), "l4": cj("m-l4", "Pending")})
     assert status["phase"] == "Compiling"
     assert status["targetSummary"] == "0/2 serving, 0 compiled"
     assert [t["compileJob"] for t in status["targets"]] == ["m-h100", "m-l4"]
@@ -74,7 +75,7 @@ def test_published_engine_rolling_out_then_ready():
     assert "simulated by kwok" in next(c["message"] for c in ready["conditions"] if c["type"] == "Deployed")
     assert ready["targets"][0]["engine"] == {"digest": D1, "uri": f"file:///r/{D1}"}
     assert (ready["targets"][0]["replicas"], ready["targets"][0]["readyReplicas"]) == (2, 2)
-    assert ready["targetSummary"] == "1/1 serving, 1 compiled"
+    assert ready["targetSummary"] == "1/1 serving, 1 compiled, 1 simulated"
 
 
 def test_failed_recompile_keeps_the_previous_engine_serving_and_says_so():
@@ -126,3 +127,33 @@ def test_the_model_says_why_each_compile_failed_or_cannot_proceed_in_the_compile
     status = status_of([target("l4")], {"l4": stuck})
     compiled = next(c for c in status["conditions"] if c["type"] == "Compiled")
     assert compiled["message"] == "compiling for: l4: ReconcileError: Job ns/b: 403 Forbidden"
+
+
+def test_targets_stuck_only_because_their_pool_is_simulated_say_so_at_a_glance():
+    """The demo's GPU models: a compile pod on a kwok node never runs, so they never compile."""
+    targets = [target("h100"), target("cpu", simulated=False)]
+    jobs = {"h100": cj("m-h100", "Running", simulated_node=True), "cpu": cj("m-cpu", "Succeeded", D1)}
+    status = status_of(targets, jobs, {"cpu": Rollout(D1, 1, 1, True)}, {"cpu": D1})
+    assert status["phase"] == "Simulated"
+    assert status["targetSummary"] == "1/2 serving, 1 compiled, 1 simulated"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "SimulatedPools")
+    assert ready["message"] == (
+        "h100: simulated by kwok: no compile pod runs there, so no engine is built; Triton serves on cpu"
+    )
+    compiled = next(c for c in status["conditions"] if c["type"] == "Compiled")
+    assert compiled["message"] == f"compiling for: h100: {SIMULATED_POOL}"
+
+
+def test_a_real_target_still_compiling_is_compiling_whatever_the_simulated_ones_do():
+    targets = [target("h100"), target("cpu", simulated=False)]
+    jobs = {"h100": cj("m-h100", "Running", simulated_node=True), "cpu": cj("m-cpu", "Running")}
+    status = status_of(targets, jobs)
+    assert status["phase"] == "Compiling"
+    assert conds(status)["Ready"] == ("False", "Compiling")
+
+
+def test_a_simulated_target_waiting_for_the_registry_is_not_blamed_on_the_simulation():
+    waiting = cj("m-h100", "Pending")  # no compile pod yet: the registry is asked first
+    status = status_of([target("h100")], {"h100": waiting})
+    assert status["phase"] == "Compiling"

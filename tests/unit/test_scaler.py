@@ -58,6 +58,15 @@ def test_over_target_scales_up_and_records_the_decision(metrics):
     assert summary == "p95 150.0/50 ms"
 
 
+def test_the_latency_column_is_a_dash_until_requests_are_served(metrics):
+    """An idle target's 0 ms was measured on no request: kubectl shows "-", not "p95 0.0/50 ms"."""
+    metrics.append(observation(12.0, rate=0.0))
+    idle = Scaler(object()).evaluate(MODEL, SPEC, CPU, Rollout("d", 1, 1, True), {})
+    assert idle.slo_status["latencySource"] == "idle"
+    assert slo_conditions(SPEC["slo"], {"cpu": idle})[1] == "-"
+    assert slo_conditions(SPEC["slo"], {})[1] == "-"  # nothing serves yet
+
+
 def test_prometheus_down_or_no_data_holds_replicas_and_says_why(metrics):
     metrics.extend([MetricsUnavailable("connection refused"), None])
     held = Scaler(object()).evaluate(

@@ -1,6 +1,6 @@
 -- Argo CD health check for tensorkiln.dev/InferenceModel
 -- (argocd-cm key: resource.customizations.health.tensorkiln.dev_InferenceModel).
--- From the operator's status: phase (Pending, Compiling, Deploying, Ready, Degraded, Failed),
+-- From the operator's status: phase (Pending, Compiling, Deploying, Ready, Degraded, Failed, Simulated),
 -- observedGeneration and the Ready condition. Health says whether the model is served, not how
 -- it performs under load: an SLO missed at maxReplicas is in the message, not a Degraded state.
 -- Uses Lua's base and table libraries only (Argo CD runs health checks without the others).
@@ -55,7 +55,7 @@ elseif phase == "Degraded" or phase == "Failed" then
   hs.status = "Degraded"
   hs.message = phase .. ": " .. message_of(ready, "see status.conditions")
 else
-  -- Pending (no matching hardware yet), Compiling, Deploying.
+  -- Pending (no matching hardware yet), Compiling, Deploying, Simulated (kwok pools: nothing compiles there).
   hs.status = "Progressing"
   hs.message = phase .. ": " .. message_of(ready, "in progress")
 end

@@ -93,6 +93,8 @@ class InferenceModelPhase(StrEnum):
     READY = "Ready"
     DEGRADED = "Degraded"
     FAILED = "Failed"
+    # Every target not serving is on a kwok-simulated pool, where no compile runs (local cluster).
+    SIMULATED = "Simulated"
 
 
 ProductGlob = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._*?\[\]-]+$")]

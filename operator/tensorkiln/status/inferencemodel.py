@@ -44,14 +44,25 @@ def compile_job_problem(compile_job: dict | None) -> str | None:
     return None
 
 
+SIMULATED_POOL = "simulated by kwok: no compile pod runs there, so no engine is built"
+
+
 def _why(entries: list[dict], problems: dict[str, str]) -> str:
-    """The targets, each with its CompileJob's reason where it has one."""
+    """The targets, each with its CompileJob's reason (or the note that its pool is simulated)
+    where it has one."""
     return "; ".join(
         f"{e['hardwareClass']}: {problems[e['hardwareClass']]}"
         if e["hardwareClass"] in problems
         else e["hardwareClass"]
         for e in entries
     )
+
+
+def _on_simulated_node(compile_job: dict | None) -> bool:
+    """Its compile pod sits on a kwok-simulated node, where it never runs: the target never gets
+    an engine there (only a registry hit would have given it one)."""
+    status = (compile_job or {}).get("status", {})
+    return bool(status.get("simulatedNode")) and status.get("phase") in ("Pending", "Running")
 
 
 def _compiled(entries: list[dict], empty: list[str], products_seen: list[str], problems: dict[str, str]) -> dict:
@@ -135,14 +146,22 @@ def inference_model_status(
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
     problems = {name: why for name, cj in compile_jobs.items() if (why := compile_job_problem(cj))}
+    stuck = {name for name, cj in compile_jobs.items() if name not in problems and _on_simulated_node(cj)}
+    problems |= {name: SIMULATED_POOL for name in stuck}
     compiled = _compiled(with_nodes, empty, products_seen, problems)
     deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
         "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
 
-    if with_nodes and len(serving) == len(with_nodes):
+    waiting = [e for e in with_nodes if e not in serving]
+    if with_nodes and not waiting:
         ready = condition("Ready", True, "Serving", f"Triton serves on {len(serving)} targets")
         phase = "Ready" if deployed["status"] == "True" else "Deploying"
+    elif waiting and all(e["hardwareClass"] in stuck and "engine" not in e for e in waiting):
+        # Not stuck, simulated: say so at a glance, and what really serves.
+        served = f"; Triton serves on {_names(serving)}" if serving else ""
+        ready = condition("Ready", False, "SimulatedPools", f"{_names(waiting)}: {SIMULATED_POOL}{served}")
+        phase = "Simulated"
     else:
         blocking = compiled if compiled["status"] != "True" else deployed
         ready = condition("Ready", False, blocking["reason"], blocking["message"])
@@ -173,7 +192,8 @@ def inference_model_status(
     status = {
         "observedGeneration": generation,
         "phase": phase,
-        "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled",
+        "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled"
+        + (f", {simulated_count} simulated" if (simulated_count := sum(e["simulated"] for e in with_nodes)) else ""),
         "targets": entries,
     }
     desired = [ready, compiled, deployed]
@@ -185,8 +205,7 @@ def inference_model_status(
                 entry["slo"] = outcome.slo_status
         slo_conds, summary = slo_conditions(slo, slo_outcomes or {})
         desired += slo_conds
-        if summary:
-            status["sloSummary"] = summary
+        status["sloSummary"] = summary
     if spec_valid is not None:
         desired.append(spec_valid)
     status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)

@@ -3,11 +3,11 @@
 from tensorkiln.status.conditions import condition
 
 
-def slo_conditions(slo: dict, outcomes: dict) -> tuple[list[dict], str | None]:
+def slo_conditions(slo: dict, outcomes: dict) -> tuple[list[dict], str]:
     """(conditions, summary) from each target's scaler outcome (controllers.scaler.Outcome), by class."""
     if not outcomes:
         waiting = condition("SLOMetricsAvailable", False, "NotServing", "no target serves yet")
-        return [waiting, condition("SLOMet", None, "NotServing", "no target serves yet")], None
+        return [waiting, condition("SLOMet", None, "NotServing", "no target serves yet")], "-"
     missing = [(name, o) for name, o in sorted(outcomes.items()) if not o.metrics[0]]
     if missing:
         name, outcome = missing[0]
@@ -24,8 +24,11 @@ def slo_conditions(slo: dict, outcomes: dict) -> tuple[list[dict], str | None]:
         met = condition("SLOMet", True, "WithinTarget", f"{slo['percentile']} within {slo['targetMilliseconds']:g} ms")
     else:
         met = condition("SLOMet", None, available["reason"], available["message"])
+    # Idle targets report 0 ms, which no request took: the column says "-" until requests are served.
     observed = [
-        o.slo_status["observedMilliseconds"] for o in outcomes.values() if "observedMilliseconds" in o.slo_status
+        o.slo_status["observedMilliseconds"]
+        for o in outcomes.values()
+        if "observedMilliseconds" in o.slo_status and o.slo_status.get("latencySource") != "idle"
     ]
-    summary = f"{slo['percentile']} {max(observed):.1f}/{slo['targetMilliseconds']:g} ms" if observed else None
+    summary = f"{slo['percentile']} {max(observed):.1f}/{slo['targetMilliseconds']:g} ms" if observed else "-"
     return [available, met], summary
