@@ -14,13 +14,18 @@ $(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-## demo: build/reuse the cluster binaries, start cluster + operator, apply the samples, show the result
+## demo: build/reuse the cluster binaries, start cluster + operator, apply the samples, wait until
+## the real CPU model serves, send it one request (a rendered text line that `cluster up` staged),
+## show the result. The GPU samples stay in phase Simulated: their pools are kwok's.
+DEMO_INPUT := $${TENSORKILN_LOCAL_DATA:-/var/lib/tensorkiln}/models/rapidocr/cls-demo-line.npy
 demo: venv
 	$(TKL) cluster up
 	$(TKL) operator start
 	eval "$$($(TKL) cluster env)" && kubectl apply --server-side -f manifests/samples/
 	$(TKL) wait --timeout 300
-	eval "$$($(TKL) cluster env)" && kubectl get im,cjob,jobs,pods -o wide
+	eval "$$($(TKL) cluster env)" && kubectl wait im/ocr-cls --for=jsonpath='{.status.phase}'=Ready --timeout=600s
+	eval "$$($(TKL) cluster env)" && $(VENV)/bin/tensorkiln infer ocr-cls --input "$(DEMO_INPUT)" --labels "upright,upside down"
+	eval "$$($(TKL) cluster env)" && kubectl get im && kubectl get cjob,jobs,pods -o wide
 
 ## test: lint, unit tests, then integration tests against the local cluster (started if needed)
 test: lint unit integration

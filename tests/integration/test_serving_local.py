@@ -18,6 +18,7 @@ from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.registry import open_registry
+from tensorkiln.serving import infer as tensorkiln_infer
 from tensorkiln.serving.client import endpoints, infer
 from tensorkiln.settings import Settings
 from tensorkiln_local.cluster.ocr_models import CLS
@@ -115,6 +116,12 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     reference = ort.InferenceSession(str(CLS.path)).run(None, {"x": images})[0]
     assert np.max(np.abs(served - reference)) < 0.05
     assert (served.argmax(1) == reference.argmax(1)).all()
+    # The same through `tensorkiln infer`, which finds the ready pod behind the model's Service.
+    np.save(tmp_path / "line.npy", images[0])
+    lines = tensorkiln_infer.run(NAME, namespace, tmp_path / "line.npy", None, 2)
+    best = int(reference[0].argmax())
+    assert lines[0].startswith(f"{namespace}/{NAME} at {address}: ")
+    assert lines[2].startswith(f"  class {best}: ")
 
     # 2. Under concurrent load the dynamic batcher forms batches.
     with Load(api, namespace, threads=8) as load:

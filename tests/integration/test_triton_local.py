@@ -21,7 +21,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
+from PIL import Image
+from tensorkiln import cli
 from tensorkiln.serving.client import infer, settled_counters
+from tensorkiln.serving.request import TensorSpec, image_array
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
@@ -210,3 +213,45 @@ def test_dynamic_batcher_batches_concurrent_requests(server, samples, model):
     assert executions < inferences  # the dynamic batcher formed batches, and the runner ran each once
     assert after["nv_inference_request_success"] >= SEQUENTIAL_REQUESTS + CONCURRENT_REQUESTS
     assert after.get("nv_inference_request_failure", 0) == 0
+
+
+def top_class(line: str) -> tuple[int, float]:
+    """`  class 1: 0.9731` -> (1, 0.9731)."""
+    index, score = line.strip().removeprefix("class ").split(": ")
+    return int(index), float(score)
+
+
+def test_tensorkiln_infer_answers_as_onnxruntime_and_names_a_wrong_input(server, samples, tmp_path, capsys):
+    """`tensorkiln infer` with an image and with a .npy, against the real server, and a mistake."""
+    ip, _ = server
+    reference = ort.InferenceSession(str(CLS.path), providers=["CPUExecutionProvider"])
+    line = (np.clip(CLS.samples(1, seed=3)[0].transpose(1, 2, 0) * 0.5 + 0.5, 0, 1) * 255).astype(np.uint8)
+    Image.fromarray(line).save(tmp_path / "line.png")
+    sent = image_array(tmp_path / "line.png", TensorSpec("x", "FP32", (-1, 3, CLS.height, CLS.width)))
+    (expected,) = reference.run(None, {"x": sent})
+    with pytest.raises(SystemExit) as done:
+        cli.main(["infer", "cls-onnxruntime", "--address", f"{ip}:8001", "--input", str(tmp_path / "line.png")])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith(f"default/cls-onnxruntime at {ip}:8001: ") and printed[0].endswith("client side)")
+    assert printed[1] == f"{OUTPUT}: shape [1, 2] float32"
+    assert top_class(printed[2]) == (int(expected[0].argmax()), pytest.approx(expected[0].max(), abs=1e-3))
+
+    x, probabilities = samples
+    clearest = int(np.abs(probabilities[:, 0] - probabilities[:, 1]).argmax())  # no tie to flip
+    np.save(tmp_path / "x.npy", x[clearest])  # no batch axis: one is added
+    with pytest.raises(SystemExit):
+        cli.main(["infer", "cls-openvino", "--address", f"{ip}:8001", "--input", str(tmp_path / "x.npy")])
+    ranked = probabilities[clearest]
+    assert top_class(capsys.readouterr().out.splitlines()[2]) == (
+        int(ranked.argmax()),
+        pytest.approx(ranked.max(), abs=1e-3),
+    )
+
+    np.save(tmp_path / "wrong.npy", x[0, :, :, :100])
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["infer", "cls-openvino", "--address", f"{ip}:8001", "--input", str(tmp_path / "wrong.npy")])
+    assert refused.value.code == (
+        f"tensorkiln infer: input 'x': expected shape [-1, 3, {CLS.height}, {CLS.width}] of FP32 (float32), "
+        f"got [1, 3, {CLS.height}, 100]"
+    )

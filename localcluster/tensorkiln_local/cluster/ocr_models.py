@@ -66,12 +66,13 @@ def _page(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return page
 
 
-def _line(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
-    """One text line resized to `height`, left-aligned and zero-padded, half of them upside down."""
+def _line(rng: np.random.Generator, height: int, width: int, upright: bool | None = None) -> np.ndarray:
+    """One text line resized to `height`, left-aligned and zero-padded; upside down when not
+    `upright` (None: half of them, at random)."""
     text = str(rng.choice(WORDS))
     line = np.full((48, 12 + 22 * len(text), 3), 255, np.uint8)
     cv2.putText(line, text, (6, 36), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (20, 20, 20), 2, cv2.LINE_AA)
-    if rng.random() < 0.5:
+    if (rng.random() < 0.5) if upright is None else not upright:
         line = cv2.rotate(line, cv2.ROTATE_180)
     scaled = cv2.resize(line, (min(width, int(line.shape[1] * height / line.shape[0])), height))
     image = np.full((height, width, 3), 127, np.uint8)  # normalises to ~0, as rapidocr's zero padding
@@ -79,8 +80,18 @@ def _line(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return image
 
 
+DEMO_LINE = "cls-demo-line.npy"  # what `make demo` sends the served classifier (tensorkiln infer)
+
+
+def demo_line() -> np.ndarray:
+    """One rendered text line, upright, as the classifier takes it."""
+    line = _line(np.random.default_rng(7), CLS.height, CLS.width, upright=True)
+    return ((line.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1).copy()
+
+
 def stage(directory: Path) -> list[Path]:
-    """Copy the models and write a calibration set for each into `directory` (idempotent)."""
+    """Copy the models and write a calibration set for each into `directory` (idempotent), and
+    the demo's input line."""
     directory.mkdir(parents=True, exist_ok=True)
     staged = []
     for model in (DET, CLS):
@@ -91,4 +102,7 @@ def stage(directory: Path) -> list[Path]:
         if not calibration.exists():
             write_dataset(model, calibration, count=32)
         staged += [target, calibration]
-    return staged
+    demo = directory / DEMO_LINE
+    if not demo.exists():
+        np.save(demo, demo_line())
+    return [*staged, demo]

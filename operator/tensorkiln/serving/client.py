@@ -45,12 +45,12 @@ def infer(address: str, model_name: str, inputs: dict[str, np.ndarray], timeout_
         tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
-    result = _client(address).infer(model_name, tensors, client_timeout=timeout_s)
+    result = grpc_client(address).infer(model_name, tensors, client_timeout=timeout_s)
     return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
 
 
 @functools.cache
-def _client(address: str) -> grpcclient.InferenceServerClient:
+def grpc_client(address: str) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(address)  # one channel per address, shared by all threads
 
 
