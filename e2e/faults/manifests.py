@@ -199,47 +199,32 @@ def _string(node: dict, path: str) -> st.SearchStrategy[str]:
 
 
 def repair(spec: dict) -> dict:
-    """Make a schema-valid spec satisfy every cross-field Rule, keeping its values where it can."""
+    """Make a schema-valid spec satisfy every cross-field Rule, keeping its values where it can. The
+    rules compare only fields the spec sets: what it leaves unset is derived to fit them."""
     spec = copy.deepcopy(spec)
-    shapes = spec.get("shapes")
-    if shapes is None:
-        batch = {"min": 1, "opt": 8, "max": 32}  # the schema's default
-    else:
-        batch = shapes.setdefault("batch", {})
-        for key, default in (("min", 1), ("opt", 8), ("max", 32)):
-            batch.setdefault(key, default)
-        batch["min"], batch["opt"], batch["max"] = sorted((batch["min"], batch["opt"], batch["max"]))
-        for dim in shapes.get("dynamicDims", []):
-            dim["min"], dim["opt"], dim["max"] = sorted((dim["min"], dim["opt"], dim["max"]))
+    shapes = spec.get("shapes") or {}
+    batch = shapes.get("batch") or {}
+    present = [key for key in ("min", "opt", "max") if key in batch]
+    for key, size in zip(present, sorted(batch[key] for key in present)):
+        batch[key] = size
+    for dim in shapes.get("dynamicDims", []):
+        dim["min"], dim["opt"], dim["max"] = sorted((dim["min"], dim["opt"], dim["max"]))
+    low, high = batch.get("min", 1), batch.get("max")
 
-    serving = spec.get("serving")
-    if serving is not None:
-        serving.setdefault("maxBatchSize", 32)
-    max_batch = serving["maxBatchSize"] if serving is not None else 32
-    if max_batch > batch["max"]:
-        if serving is None:
-            spec["serving"] = serving = {}
-        serving["maxBatchSize"] = max_batch = batch["max"]
-    if serving is not None and "dynamicBatching" in serving:
-        batching = serving["dynamicBatching"]
-        if batching.get("enabled", True):
-            sizes = batching.get("preferredBatchSizes", [8, 16])
-            kept = [s for s in sizes if s <= max_batch]
-            if kept != sizes or "preferredBatchSizes" not in batching:
-                batching["preferredBatchSizes"] = kept
-    elif max_batch < 16:  # the default preferred sizes [8, 16] would exceed it
-        spec.setdefault("serving", {})["dynamicBatching"] = {
-            "preferredBatchSizes": [s for s in (8, 16) if s <= max_batch]
-        }
+    serving = spec.get("serving") or {}
+    if high is not None and serving.get("maxBatchSize", 0) > high:
+        serving["maxBatchSize"] = high
+    batching = serving.get("dynamicBatching") or {}
+    limit = serving.get("maxBatchSize", high)  # maxBatchSize, unset, follows shapes.batch.max
+    if batching.get("enabled", True) and "preferredBatchSizes" in batching and limit is not None:
+        batching["preferredBatchSizes"] = [s for s in batching["preferredBatchSizes"] if s <= limit]
 
-    compile_ = spec.get("compile")
-    objective = (compile_ or {}).get("objective")
-    batch_size = (objective or {}).get("batchSize", 1)
-    if not batch["min"] <= batch_size <= batch["max"]:
-        compile_ = spec.setdefault("compile", {})
-        objective = compile_.setdefault("objective", {})
-        objective["batchSize"] = min(max(batch_size, batch["min"]), batch["max"])
-    if objective and objective.get("metric") == "Throughput":
+    objective = (spec.get("compile") or {}).get("objective") or {}
+    if "batchSize" in objective:
+        objective["batchSize"] = max(objective["batchSize"], low)
+        if high is not None:
+            objective["batchSize"] = min(objective["batchSize"], high)
+    if objective.get("metric") == "Throughput":
         objective.setdefault("latencyBudgetMilliseconds", 50.0)
 
     hardware = spec.get("hardware")
@@ -248,16 +233,12 @@ def repair(spec: dict) -> dict:
     for pool in (hardware or {}).get("pools", []):
         for toleration in pool.get("tolerations", []):
             _repair_toleration(toleration)
-    if serving is not None and serving.get("resources"):
+    if serving.get("resources"):
         _repair_resources(serving["resources"])
 
     slo = spec.get("slo")
-    if slo:
-        low, high = slo.get("minReplicas", 1), slo.get("maxReplicas", 10)
-        if low > high:
-            slo["minReplicas"], slo["maxReplicas"] = high, low
-            if slo["maxReplicas"] < 1:
-                slo["maxReplicas"] = 1
+    if slo and "maxReplicas" in slo and slo.get("minReplicas", 1) > slo["maxReplicas"]:
+        slo["minReplicas"], slo["maxReplicas"] = slo["maxReplicas"], max(slo.get("minReplicas", 1), 1)
     return spec
 
 
@@ -487,7 +468,8 @@ def mutate(spec: dict, mutation: str, path: list, how: Any) -> Case:
     elif mutation == "null":
         _set(spec, path, None)
         # A null defaulted field takes its default, which a cross-field rule anywhere in the spec may
-        # refuse (shapes.batch.max back to 32, below serving.maxBatchSize): that error names its own field.
+        # refuse (dynamicBatching.enabled back to true, with preferred sizes above maxBatchSize): that
+        # error names its own field.
         defaulted = "default" in (_schema_at(path) or {})
         return Case(spec, None, mutation, "spec" if defaulted else _dotted(path), detail="null")
     else:
@@ -573,7 +555,7 @@ def _break_rule(spec: dict, rule: str) -> list:
         return ["serving", "resources", "requests"]
     if rule == "preferred-over-max":
         serving = spec.setdefault("serving", {})
-        max_batch = min(serving.get("maxBatchSize", 32), batch["max"])
+        max_batch = min(serving.get("maxBatchSize", batch["max"]), batch["max"])
         serving["maxBatchSize"] = max_batch
         serving["dynamicBatching"] = {"enabled": True, "preferredBatchSizes": [max_batch + 1]}
         return ["serving", "dynamicBatching", "preferredBatchSizes"]

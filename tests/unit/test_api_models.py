@@ -90,7 +90,8 @@ def test_python_names_are_accepted_too():
             {"shapes.batch.min": 4, "shapes.batch.opt": 2, "compile.objective.batchSize": 4},
             "spec.shapes.batch.min: min must be <= opt",
         ),
-        ({"shapes.batch.opt": 64}, "spec.shapes.batch.opt: opt must be <= max"),
+        ({"shapes.batch.opt": 64, "shapes.batch.max": 32}, "spec.shapes.batch.opt: opt must be <= max"),
+        ({"shapes.batch.min": 64, "shapes.batch.max": 32}, "spec.shapes.batch.min: min must be <= max"),
         (
             {"shapes.dynamicDims": [{"input": "ids", "axis": 1, "min": 8, "opt": 4, "max": 16}]},
             "spec.shapes.dynamicDims[0].min: min must be <= opt",
@@ -118,14 +119,32 @@ def test_python_names_are_accepted_too():
             "spec.compile.objective.latencyBudgetMilliseconds: latencyBudgetMilliseconds is required",
         ),
         (
-            {"compile.objective.batchSize": 64},
+            {"compile.objective.batchSize": 64, "shapes.batch.max": 32},
+            "spec.compile.objective.batchSize: compile.objective.batchSize must be within",
+        ),
+        (
+            {"compile.objective.batchSize": 2, "shapes.batch.min": 4},
             "spec.compile.objective.batchSize: compile.objective.batchSize must be within",
         ),
         ({"compile.calibration": {"datasetUri": "ftp://x"}}, "spec.compile.calibration.datasetUri"),
         (
-            {"serving.maxBatchSize": 8},
+            {"serving.maxBatchSize": 8, "serving.dynamicBatching.preferredBatchSizes": [16]},
             "spec.serving.dynamicBatching.preferredBatchSizes: "
             "dynamicBatching.preferredBatchSizes must all be <= maxBatchSize",
+        ),
+        (
+            {"serving.maxBatchSize": 0, "serving.dynamicBatching.preferredBatchSizes": [1]},
+            "spec.serving.dynamicBatching.preferredBatchSizes: "
+            "dynamicBatching.preferredBatchSizes must all be <= maxBatchSize",
+        ),
+        (
+            {"shapes.batch.max": 8, "serving.dynamicBatching.preferredBatchSizes": [16]},
+            "spec.serving.dynamicBatching.preferredBatchSizes: "
+            "serving.dynamicBatching.preferredBatchSizes must all be <= shapes.batch.max",
+        ),
+        (
+            {"serving.dynamicBatching.preferredBatchSizes": [4097]},
+            "spec.serving.dynamicBatching.preferredBatchSizes[0]",
         ),
         (
             {"serving.maxBatchSize": 64, "shapes.batch.max": 32},
@@ -137,6 +156,19 @@ def test_python_names_are_accepted_too():
             "spec.slo.minReplicas: minReplicas must be <= maxReplicas",
         ),
         ({"slo": {"targetMilliseconds": 0}}, "spec.slo.targetMilliseconds"),
+        (
+            {
+                "hardware.mode": "Explicit",
+                "hardware.pools": [
+                    {
+                        "name": "p",
+                        "nodeSelector": {"x": "1"},
+                        "tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}],
+                    }
+                ],
+            },
+            "spec.hardware.pools[0].tolerations[0].effect: effect must be NoExecute when tolerationSeconds is set",
+        ),
         ({"slo": {"targetMilliseconds": 20, "percentile": "p42"}}, "spec.slo.percentile"),
         ({"rollout.maxSurge": "lots"}, "spec.rollout.maxSurge: maxSurge must be a positive integer"),
         ({"rollout.maxSurge": -1}, "spec.rollout.maxSurge"),
@@ -148,6 +180,69 @@ def test_python_names_are_accepted_too():
 def test_validation_names_the_field(overrides, expected):
     errors = errors_of(spec_with(**overrides))
     assert any(expected in e for e in errors), errors
+
+
+# One field set, and what the fields it leaves unset are derived to (their descriptions say so).
+@pytest.mark.parametrize(
+    ("overrides", "derived"),
+    [
+        ({}, {"shapes.batch": (1, 8, 32), "serving.maxBatchSize": 32, "preferred": [8, 16], "objective": 1}),
+        ({"shapes.batch.max": 8}, {"shapes.batch": (1, 8, 8), "serving.maxBatchSize": 8, "preferred": [8]}),
+        ({"shapes.batch.max": 4}, {"shapes.batch": (1, 4, 4), "serving.maxBatchSize": 4, "preferred": [4]}),
+        ({"shapes.batch.max": 10000}, {"shapes.batch": (1, 8, 10000), "serving.maxBatchSize": 4096}),
+        ({"shapes.batch.min": 16}, {"shapes.batch": (16, 16, 32), "objective": 16}),
+        ({"shapes.batch.min": 64}, {"shapes.batch": (64, 64, 64), "serving.maxBatchSize": 64, "objective": 64}),
+        ({"shapes.batch.opt": 48}, {"shapes.batch": (1, 48, 48), "serving.maxBatchSize": 48}),
+        ({"serving.maxBatchSize": 4}, {"shapes.batch": (1, 8, 32), "preferred": [4]}),
+        ({"serving.maxBatchSize": 12}, {"shapes.batch": (1, 8, 32), "preferred": [8, 12]}),
+        ({"serving.maxBatchSize": 0}, {"shapes.batch": (1, 8, 32), "preferred": []}),
+        ({"serving.maxBatchSize": 64}, {"shapes.batch": (1, 8, 64), "preferred": [8, 16]}),
+        (
+            {"serving.dynamicBatching.preferredBatchSizes": [100]},
+            {"shapes.batch": (1, 8, 100), "serving.maxBatchSize": 100},
+        ),
+        ({"serving.dynamicBatching.preferredBatchSizes": []}, {"serving.maxBatchSize": 32, "preferred": []}),
+        ({"compile.objective.batchSize": 64}, {"shapes.batch": (1, 8, 64), "serving.maxBatchSize": 64}),
+    ],
+)
+def test_unset_batch_sizes_are_derived_from_those_set(overrides, derived):
+    spec = InferenceModelSpec.model_validate(spec_with(**overrides))
+    batch, batching = spec.shapes.batch, spec.serving.dynamic_batching
+    actual = {
+        "shapes.batch": (batch.min, batch.opt, batch.max),
+        "serving.maxBatchSize": spec.serving.max_batch_size,
+        "preferred": batching.preferred_batch_sizes,
+        "objective": spec.compile.objective.batch_size,
+    }
+    assert {k: actual[k] for k in derived} == derived
+
+
+@pytest.mark.parametrize(("min_replicas", "max_replicas"), [(0, 10), (3, 10), (10, 10), (20, 20)])
+def test_unset_max_replicas_is_at_least_min_replicas(min_replicas, max_replicas):
+    slo = InferenceModelSpec.model_validate(
+        spec_with(**{"slo": {"targetMilliseconds": 20, "minReplicas": min_replicas}})
+    ).slo
+    assert slo.max_replicas == max_replicas
+
+
+def test_unset_toleration_effect_is_no_execute_with_toleration_seconds():
+    pool = {
+        "name": "p",
+        "nodeSelector": {"x": "1"},
+        "tolerations": [{"key": "k", "tolerationSeconds": 60}, {"key": "k"}],
+    }
+    spec = InferenceModelSpec.model_validate(spec_with(**{"hardware.mode": "Explicit", "hardware.pools": [pool]}))
+    assert [t.effect for t in spec.hardware.pools[0].tolerations] == ["NoExecute", None]
+
+
+def test_derived_values_are_written_out_and_read_back_alike():
+    """normalised_spec (the operator's view) carries them; validating it again changes nothing."""
+    spec = InferenceModelSpec.model_validate(spec_with(**{"serving.maxBatchSize": 4, "slo.targetMilliseconds": 20}))
+    wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert wire["shapes"]["batch"] == {"min": 1, "opt": 8, "max": 32}
+    assert wire["serving"]["dynamicBatching"]["preferredBatchSizes"] == [4]
+    assert wire["compile"]["objective"]["batchSize"] == 1 and wire["slo"]["maxReplicas"] == 10
+    assert InferenceModelSpec.model_validate(wire).model_dump(by_alias=True, exclude_none=True, mode="json") == wire
 
 
 def test_rules_that_hold_pass():
@@ -202,7 +297,8 @@ COMPILE_JOB_SPEC = {
 def test_compile_job_spec_round_trip():
     spec = CompileJobSpec.model_validate(COMPILE_JOB_SPEC)
     assert spec.hardware.simulated is False and spec.image == "ghcr.io/tensorkiln/compiler:0.1.0"
-    assert spec.shapes.batch.max == 32 and spec.deadline_seconds == 3600
+    assert (spec.shapes.batch.opt, spec.shapes.batch.max, spec.objective.batch_size) == (8, 32, 1)
+    assert spec.deadline_seconds == 3600
     wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert wire["hardware"]["nodeAffinity"] == COMPILE_JOB_SPEC["hardware"]["nodeAffinity"]
     assert CompileJobSpec.model_validate(wire) == spec

@@ -9,6 +9,8 @@ from pydantic import ValidationError
 from tensorkiln.api import API_VERSION, CompileJobSpec, InferenceModelSpec, field_errors
 from tensorkiln.api.crdgen import RESOURCES, render_crds
 
+from .cel_admission import refusals
+
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
 SAMPLES = sorted((ROOT / "manifests" / "samples").glob("*.yaml"))
@@ -128,8 +130,11 @@ def test_int_or_string_and_defaults():
     spec = root_schema(CRDS["inferencemodels.tensorkiln.dev.yaml"])["properties"]["spec"]
     surge = resolve(spec, ".rollout.maxSurge")
     assert surge["x-kubernetes-int-or-string"] is True and surge["default"] == "25%"
-    assert resolve(spec, ".shapes.batch.opt")["default"] == 8
-    assert spec["properties"]["shapes"]["default"] == {"batch": {"min": 1, "opt": 8, "max": 32}}
+    assert resolve(spec, ".shapes.batch.min")["default"] == 1
+    assert spec["properties"]["shapes"]["default"] == {"batch": {"min": 1}}
+    # Derived from other fields when unset: no schema default, the description says what unset means.
+    for derived in (".shapes.batch.opt", ".shapes.batch.max", ".serving.maxBatchSize", ".slo.maxReplicas"):
+        assert "default" not in resolve(spec, derived) and "Unset: " in resolve(spec, derived)["description"]
     assert "default" not in spec["properties"]["slo"]  # optional without default: absent
     assert spec["required"] == ["source"]
 
@@ -139,6 +144,8 @@ def test_samples_validate(path):
     doc = yaml.safe_load(path.read_text())
     assert doc["apiVersion"] == API_VERSION
     SPEC_MODELS[doc["kind"]].model_validate(doc["spec"])
+    if doc["kind"] == "InferenceModel":
+        assert refusals(doc["spec"]) == []
 
 
 def test_there_are_enough_invalid_cases():
@@ -156,3 +163,11 @@ def test_invalid_manifests_fail_python_validation_at_the_expected_field(path):
         InferenceModelSpec.model_validate(doc["spec"])
     errors = field_errors(caught.value)
     assert any(match.group(1) in e for e in errors), errors
+    # Those a CEL rule refuses (not the schema's own constraints): the rule names the same field.
+    refused = [str(r) for r in refusals(doc["spec"])]
+    assert not refused or any(r.startswith(match.group(1)) for r in refused), refused
+
+
+def test_the_cel_rules_refuse_the_invalid_manifests_that_break_them():
+    refused = [path.name for path in INVALID if refusals(yaml.safe_load(path.read_text())["spec"])]
+    assert len(refused) >= 10, refused

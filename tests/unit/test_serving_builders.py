@@ -73,11 +73,26 @@ def test_native_platforms_and_the_local_python_backend(tmp_path):
     assert not local.default_model_filename  # the Python backend loads model.py
 
 
+def serving_spec_with(**serving) -> dict:
+    """spec.serving of the sample with `serving` set, the rest defaulted (or derived) by normalised_spec."""
+    model = sample_model()
+    model["spec"]["serving"] = {**model["spec"].get("serving", {}), **serving}
+    return normalised_spec(model)["serving"]
+
+
 def test_batching_off_renders_no_dynamic_batcher(tmp_path):
-    serving_spec = {**normalised_spec(sample_model())["serving"], "maxBatchSize": 0}
+    serving_spec = serving_spec_with(maxBatchSize=0)
     config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec, NATIVE)))
     assert not config.HasField("dynamic_batching")
     assert list(config.input[0].dims) == [-1, 3, 48, 192]  # the batch dimension is the model's own
+
+
+@pytest.mark.parametrize(("max_batch_size", "preferred"), [(1, [1]), (4, [4]), (12, [8, 12]), (64, [8, 16])])
+def test_preferred_batch_sizes_left_unset_fit_max_batch_size(tmp_path, max_batch_size, preferred):
+    serving_spec = serving_spec_with(maxBatchSize=max_batch_size)
+    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec, NATIVE)))
+    assert config.max_batch_size == max_batch_size
+    assert list(config.dynamic_batching.preferred_batch_size) == preferred
 
 
 @pytest.mark.parametrize("case", ["tensorrt-h100", "openvino-cpu-local"])

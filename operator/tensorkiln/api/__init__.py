@@ -1,7 +1,8 @@
 """The tensorkiln.dev/v1alpha1 API: pydantic models, the single source of truth for the CRDs.
 
-Parse what the apiserver returns (camelCase, defaults applied) with
-`InferenceModelSpec.model_validate(body["spec"])`; write with
+Parse what the apiserver returns (camelCase, schema defaults applied) with
+`InferenceModelSpec.model_validate(body["spec"])`, which also fills the defaults derived from
+other fields (a field's description says what unset means); write with
 `model.model_dump(by_alias=True, exclude_none=True, mode="json")`.
 """
 

@@ -12,7 +12,7 @@ Enums are `StrEnum`s: members compare equal to their wire strings
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -128,7 +128,10 @@ class Rule:
     both the apiserver error (`spec.shapes.batch.min: ... min must be <= opt`) and
     the pydantic error name the offending field. `check` mirrors `cel` in Python.
     Fields with a schema default are always present when CEL runs (defaulting
-    happens first), so rules only guard optional fields with `has()`.
+    happens first), so rules only guard optional fields with `has()`. A default
+    derived from other fields is no schema default: such a field stays absent,
+    its rules compare it only when set, and the derived value (filled in by a
+    model validator after the rules ran) satisfies them by construction.
     """
 
     field: str
@@ -341,31 +344,64 @@ class ModelSource(SpecModel):
     )
 
 
-# min <= opt <= max, shared by the batch and the dynamic-dimension ranges.
-_ORDERED_RANGE = (
-    Rule("min", "self.min <= self.opt", "must be <= opt", lambda r: r.min <= r.opt),
-    Rule("opt", "self.opt <= self.max", "must be <= max", lambda r: r.opt <= r.max),
-)
+DEFAULT_BATCH_OPT = 8
+DEFAULT_BATCH_MAX = 32
 
 
 class BatchRange(SpecModel):
-    """Batch sizes the engine's optimization profile covers: min <= opt <= max."""
+    """Batch sizes the engine's optimization profile covers: min <= opt <= max.
 
-    cel_rules = _ORDERED_RANGE
+    opt and max have no fixed default: unset, they are derived from the batch sizes the spec does set
+    (derive_unset_batch_sizes), so that a default never contradicts them.
+    """
+
+    # The rules compare fields the spec sets; a derived value fits by construction.
+    cel_rules = (
+        Rule(
+            "min", "!has(self.opt) || self.min <= self.opt", "must be <= opt", lambda r: r.opt is None or r.min <= r.opt
+        ),
+        Rule(
+            "opt",
+            "!has(self.opt) || !has(self.max) || self.opt <= self.max",
+            "must be <= max",
+            lambda r: r.opt is None or r.max is None or r.opt <= r.max,
+        ),
+        # With opt set, the two rules above already order min and max.
+        Rule(
+            "min",
+            "has(self.opt) || !has(self.max) || self.min <= self.max",
+            "must be <= max",
+            lambda r: r.opt is not None or r.max is None or r.min <= r.max,
+        ),
+    )
 
     min: int = Field(1, ge=1, description="Smallest batch size the engine accepts.")
-    opt: int = Field(8, ge=1, description="Batch size the engine is tuned for (TensorRT's kOPT profile shape).")
-    max: int = Field(
-        32,
+    opt: int | None = Field(
+        None,
         ge=1,
-        description="Largest batch size the engine accepts; bounds serving.maxBatchSize.",
+        description=(
+            f"Batch size the engine is tuned for (TensorRT's kOPT profile shape). Unset: {DEFAULT_BATCH_OPT}, "
+            "raised to min or lowered to max when outside them."
+        ),
+    )
+    max: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            f"Largest batch size the engine accepts; bounds serving.maxBatchSize. Unset: {DEFAULT_BATCH_MAX}, or the "
+            "largest batch size the spec sets when that is larger: min, opt, compile.objective.batchSize, "
+            "serving.maxBatchSize, and serving.dynamicBatching.preferredBatchSizes while the batcher is enabled."
+        ),
     )
 
 
 class DynamicDim(SpecModel):
     """Range of a dynamic (-1) non-batch input dimension, such as sequence length: min <= opt <= max."""
 
-    cel_rules = _ORDERED_RANGE
+    cel_rules = (
+        Rule("min", "self.min <= self.opt", "must be <= opt", lambda r: r.min <= r.opt),
+        Rule("opt", "self.opt <= self.max", "must be <= max", lambda r: r.opt <= r.max),
+    )
 
     input: str = Field(min_length=1, max_length=256, description="Name of the model input the dimension belongs to.")
     axis: int = Field(
@@ -418,9 +454,9 @@ class Toleration(SpecModel):
         ),
         Rule(
             "effect",
-            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "!has(self.tolerationSeconds) || !has(self.effect) || self.effect == 'NoExecute'",
             "must be NoExecute when tolerationSeconds is set",
-            lambda t: t.toleration_seconds is None or t.effect == TaintEffect.NO_EXECUTE,
+            lambda t: t.toleration_seconds is None or t.effect in (None, TaintEffect.NO_EXECUTE),
         ),
     )
 
@@ -442,14 +478,27 @@ class Toleration(SpecModel):
         pattern=LABEL_VALUE_PATTERN,
         description="Taint value to match when operator is Equal, a label value. Must be empty with Exists.",
     )
-    effect: TaintEffect | None = Field(None, description="Taint effect to match. Unset matches all effects.")
+    effect: TaintEffect | None = Field(
+        None,
+        description=(
+            "Taint effect to match. Unset matches all effects, or NoExecute alone when tolerationSeconds is set "
+            "(the only effect it applies to)."
+        ),
+    )
     toleration_seconds: int | None = Field(
         None,
         description=(
-            "Seconds the pod stays bound after a NoExecute taint appears; requires effect NoExecute. "
+            "Seconds the pod stays bound after a NoExecute taint appears; effect, when set, must be NoExecute. "
             "Unset tolerates forever."
         ),
     )
+
+    @model_validator(mode="after")
+    def _derive_unset(self) -> Toleration:
+        # After the rules (KubeModel's validator runs first); a Pod requires the effect spelled out.
+        if self.toleration_seconds is not None and self.effect is None:
+            self.effect = TaintEffect.NO_EXECUTE
+        return self
 
 
 def _extended(name: str) -> str:
@@ -615,12 +664,32 @@ class Objective(SpecModel):
             "the highest inferences per second whose p95 latency stays within latencyBudgetMilliseconds."
         ),
     )
-    batch_size: int = Field(1, ge=1, description="Batch size the candidates are benchmarked at; within shapes.batch.")
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Batch size the candidates are benchmarked at; within shapes.batch. Unset: shapes.batch.min (1 by default)."
+        ),
+    )
     latency_budget_milliseconds: float | None = Field(
         None,
         gt=0,
         description="p95 latency ceiling in milliseconds for metric Throughput. Required for Throughput.",
     )
+
+
+def derive_unset_batch_sizes(shapes: Shapes, objective: Objective, sizes_set_elsewhere: Iterable[int]) -> None:
+    """Fill shapes.batch.max, shapes.batch.opt and objective.batchSize where the spec leaves them unset,
+    as their descriptions say: the profile covers every batch size the spec sets (`sizes_set_elsewhere`:
+    those outside shapes and objective, such as serving.maxBatchSize). Run after the rules."""
+    batch = shapes.batch
+    if batch.max is None:
+        set_here = [size for size in (batch.opt, objective.batch_size) if size is not None]
+        batch.max = max(DEFAULT_BATCH_MAX, batch.min, *set_here, *sizes_set_elsewhere)
+    if batch.opt is None:
+        batch.opt = min(max(DEFAULT_BATCH_OPT, batch.min), batch.max)
+    if objective.batch_size is None:
+        objective.batch_size = batch.min
 
 
 class EngineRef(KubeModel):

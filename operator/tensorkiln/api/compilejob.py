@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, WithJsonSchema, model_validator
 
 from .common import (
     AGE_COLUMN,
@@ -33,6 +33,7 @@ from .common import (
     Shapes,
     SpecModel,
     Toleration,
+    derive_unset_batch_sizes,
     list_map,
 )
 
@@ -139,6 +140,12 @@ class CompileJobSpec(SpecModel):
             "calibration, accuracy, objective); the engine cache key."
         ),
     )
+
+    @model_validator(mode="after")
+    def _derive_unset(self) -> CompileJobSpec:
+        # The operator writes every batch size; one written by hand may leave some to derive.
+        derive_unset_batch_sizes(self.shapes, self.objective, ())
+        return self
 
 
 class CandidateSummary(KubeModel):

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .common import (
     AGE_COLUMN,
@@ -32,6 +32,7 @@ from .common import (
     Shapes,
     SpecModel,
     Toleration,
+    derive_unset_batch_sizes,
     list_map,
 )
 from .names import MODEL_NAME_MAX, MODEL_NAME_RULES
@@ -39,6 +40,9 @@ from .names import MODEL_NAME_MAX, MODEL_NAME_RULES
 INT32_MAX = 2**31 - 1  # replicas and counts in Deployments and HorizontalPodAutoscalers are int32
 UINT32_MAX = 2**32 - 1
 MAX_STABILIZATION_SECONDS = 3600  # a HorizontalPodAutoscaler's stabilizationWindowSeconds limit
+MAX_BATCH_SIZE = 4096
+DEFAULT_PREFERRED_BATCH_SIZES = (8, 16)
+DEFAULT_MAX_REPLICAS = 10
 
 
 class DataType(StrEnum):
@@ -97,7 +101,8 @@ class InferenceModelPhase(StrEnum):
     SIMULATED = "Simulated"
 
 
-ProductGlob = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._*?\[\]-]+$")]
+PRODUCT_GLOB_PATTERN = r"^[A-Za-z0-9._*?\[\]-]+$"
+ProductGlob = Annotated[str, Field(min_length=1, max_length=128, pattern=PRODUCT_GLOB_PATTERN)]
 """A glob (fnmatch) over nvidia.com/gpu.product label values."""
 
 
@@ -274,11 +279,16 @@ class DynamicBatching(SpecModel):
     """Triton's dynamic batcher, which merges concurrent requests into larger batches."""
 
     enabled: bool = Field(True, description="Whether Triton batches concurrent requests.")
-    preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [8, 16],
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]] | None = Field(
+        None,
         max_length=16,
         json_schema_extra=LIST_SET,
-        description="Batch sizes the batcher tries to form; each must be <= serving.maxBatchSize.",
+        description=(
+            "Batch sizes the batcher tries to form; each must be <= serving.maxBatchSize. Empty: none, the "
+            "batcher forms the largest batches it can. Unset: "
+            f"{' and '.join(map(str, DEFAULT_PREFERRED_BATCH_SIZES))}, each lowered to serving.maxBatchSize when "
+            "above it (maxBatchSize 4 gives 4 alone); none when batching is off (maxBatchSize 0)."
+        ),
     )
     max_queue_delay_microseconds: int = Field(
         2000,
@@ -294,9 +304,12 @@ class ServingOptions(SpecModel):
     cel_rules = (
         Rule(
             "dynamicBatching.preferredBatchSizes",
-            "!self.dynamicBatching.enabled || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
+            "!has(self.maxBatchSize) || !has(self.dynamicBatching.preferredBatchSizes) || !self.dynamicBatching.enabled"
+            " || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
             "must all be <= maxBatchSize",
-            lambda s: not s.dynamic_batching.enabled
+            lambda s: s.max_batch_size is None
+            or s.dynamic_batching.preferred_batch_sizes is None
+            or not s.dynamic_batching.enabled
             or all(b <= s.max_batch_size for b in s.dynamic_batching.preferred_batch_sizes),
         ),
     )
@@ -307,11 +320,14 @@ class ServingOptions(SpecModel):
         max_length=512,
         description="Triton Inference Server image.",
     )
-    max_batch_size: int = Field(
-        32,
+    max_batch_size: int | None = Field(
+        None,
         ge=0,
-        le=4096,
-        description="Triton max_batch_size; 0 disables batching. Must be <= shapes.batch.max.",
+        le=MAX_BATCH_SIZE,
+        description=(
+            f"Triton max_batch_size; 0 disables batching. Must be <= shapes.batch.max. Unset: shapes.batch.max "
+            f"(at most {MAX_BATCH_SIZE})."
+        ),
     )
     dynamic_batching: DynamicBatching = Field(
         default_factory=DynamicBatching, description="Triton's dynamic batcher settings."
@@ -328,6 +344,18 @@ class ServingOptions(SpecModel):
         description="Triton container resources. GPU classes always get nvidia.com/gpu: 1 added to limits.",
     )
 
+    def derive_unset(self, batch_max: int) -> None:
+        """Fill maxBatchSize and the preferred batch sizes where unset, as their descriptions say;
+        `batch_max`: shapes.batch.max, itself derived first."""
+        if self.max_batch_size is None:
+            self.max_batch_size = min(batch_max, MAX_BATCH_SIZE)
+        batching = self.dynamic_batching
+        if batching.preferred_batch_sizes is None:
+            limit = self.max_batch_size
+            batching.preferred_batch_sizes = (
+                sorted({min(size, limit) for size in DEFAULT_PREFERRED_BATCH_SIZES}) if limit else []
+            )
+
 
 class SLO(SpecModel):
     """Latency objective the serving replicas are scaled to meet."""
@@ -335,9 +363,9 @@ class SLO(SpecModel):
     cel_rules = (
         Rule(
             "minReplicas",
-            "self.minReplicas <= self.maxReplicas",
+            "!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
             "must be <= maxReplicas",
-            lambda s: s.min_replicas <= s.max_replicas,
+            lambda s: s.max_replicas is None or s.min_replicas <= s.max_replicas,
         ),
     )
 
@@ -346,7 +374,15 @@ class SLO(SpecModel):
         gt=0, description="Target end-to-end inference latency at the percentile, in milliseconds."
     )
     min_replicas: int = Field(1, ge=0, le=INT32_MAX, description="Fewest serving replicas per hardware class.")
-    max_replicas: int = Field(10, ge=1, le=INT32_MAX, description="Most serving replicas per hardware class.")
+    max_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=INT32_MAX,
+        description=(
+            f"Most serving replicas per hardware class. Unset: {DEFAULT_MAX_REPLICAS}, or minReplicas when that is "
+            "larger."
+        ),
+    )
     scale_up_stabilization_seconds: int = Field(
         0,
         ge=0,
@@ -372,6 +408,13 @@ class SLO(SpecModel):
             "HorizontalPodAutoscaler is created instead."
         ),
     )
+
+    @model_validator(mode="after")
+    def _derive_unset(self) -> SLO:
+        # After the rules (KubeModel's validator runs first), which saw the spec as written.
+        if self.max_replicas is None:
+            self.max_replicas = max(DEFAULT_MAX_REPLICAS, self.min_replicas)
+        return self
 
 
 # A percentage above 0%: the serving Deployment's maxUnavailable is 0, and both may not be 0.
@@ -417,19 +460,39 @@ class Rollout(SpecModel):
 class InferenceModelSpec(SpecModel):
     """Desired state of an InferenceModel."""
 
+    # The rules compare what the spec sets; the fields they leave unset are derived to fit (_derive_unset).
     cel_rules = (
         Rule(
             "serving.maxBatchSize",
-            "self.serving.maxBatchSize <= self.shapes.batch.max",
+            "!has(self.serving.maxBatchSize) || !has(self.shapes.batch.max)"
+            " || self.serving.maxBatchSize <= self.shapes.batch.max",
             "must be <= shapes.batch.max (the engine's profile must cover Triton's largest batch)",
-            lambda s: s.serving.max_batch_size <= s.shapes.batch.max,
+            lambda s: s.serving.max_batch_size is None
+            or s.shapes.batch.max is None
+            or s.serving.max_batch_size <= s.shapes.batch.max,
+        ),
+        Rule(
+            "serving.dynamicBatching.preferredBatchSizes",
+            "has(self.serving.maxBatchSize) || !has(self.shapes.batch.max)"
+            " || !has(self.serving.dynamicBatching.preferredBatchSizes) || !self.serving.dynamicBatching.enabled"
+            " || self.serving.dynamicBatching.preferredBatchSizes.all(b, b <= self.shapes.batch.max)",
+            "must all be <= shapes.batch.max (serving.maxBatchSize, unset, follows it)",
+            lambda s: s.serving.max_batch_size is not None
+            or s.shapes.batch.max is None
+            or s.serving.dynamic_batching.preferred_batch_sizes is None
+            or not s.serving.dynamic_batching.enabled
+            or all(b <= s.shapes.batch.max for b in s.serving.dynamic_batching.preferred_batch_sizes),
         ),
         Rule(
             "compile.objective.batchSize",
-            "self.compile.objective.batchSize >= self.shapes.batch.min"
-            " && self.compile.objective.batchSize <= self.shapes.batch.max",
+            "!has(self.compile.objective.batchSize) || (self.compile.objective.batchSize >= self.shapes.batch.min"
+            " && (!has(self.shapes.batch.max) || self.compile.objective.batchSize <= self.shapes.batch.max))",
             "must be within shapes.batch min..max",
-            lambda s: s.shapes.batch.min <= s.compile.objective.batch_size <= s.shapes.batch.max,
+            lambda s: s.compile.objective.batch_size is None
+            or (
+                s.shapes.batch.min <= s.compile.objective.batch_size
+                and (s.shapes.batch.max is None or s.compile.objective.batch_size <= s.shapes.batch.max)
+            ),
         ),
     )
 
@@ -449,6 +512,18 @@ class InferenceModelSpec(SpecModel):
         description="Latency objective the replicas are scaled to meet. Unset: replicas stay at 1 per class.",
     )
     rollout: Rollout = Field(default_factory=Rollout, description="How a new engine replaces the served one.")
+
+    @model_validator(mode="after")
+    def _derive_unset(self) -> InferenceModelSpec:
+        # After the rules (KubeModel's validator runs first), which saw the spec as written: every
+        # consumer then reads the derived values from the validated model (normalised_spec).
+        serving, batching = self.serving, self.serving.dynamic_batching
+        sizes_set = [serving.max_batch_size] if serving.max_batch_size is not None else []
+        if batching.enabled and batching.preferred_batch_sizes:
+            sizes_set += batching.preferred_batch_sizes
+        derive_unset_batch_sizes(self.shapes, self.compile.objective, sizes_set)
+        serving.derive_unset(self.shapes.batch.max)
+        return self
 
 
 class TargetSLOStatus(KubeModel):

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def normalised_spec(model: dict) -> dict:
-    """The spec validated by the same pydantic model the CRD is generated from, defaults applied."""
+    """The spec validated by the same pydantic model the CRD is generated from, defaults applied: the
+    schema's, and those derived from other fields (serving.maxBatchSize from shapes.batch.max, ...)."""
     return InferenceModelSpec.model_validate(model["spec"]).model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
