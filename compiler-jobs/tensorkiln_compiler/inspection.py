@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-from tensorkiln.api import Shapes
+from tensorkiln.api import ModelIO, Shapes
 from tensorkiln.registry.manifest import TensorInfo
 
 from .errors import InvalidInput
@@ -55,7 +55,7 @@ class ModelInfo:
     outputs: tuple[Tensor, ...]
 
 
-def inspect_model(path: Path, shapes: Shapes, batch_size: int) -> ModelInfo:
+def inspect_model(path: Path, shapes: Shapes, batch_size: int, io: ModelIO | None = None) -> ModelInfo:
     model = load(path)
     opset = default_opset(model)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -77,12 +77,40 @@ def inspect_model(path: Path, shapes: Shapes, batch_size: int) -> ModelInfo:
             f"spec.objective.batchSize: {batch_size} is outside spec.shapes.batch "
             f"[{shapes.batch.min}, {shapes.batch.max}]",
         )
+    outputs = [_tensor(v) for v in model.graph.output]
+    if io is not None:
+        check_declared_io(io, inputs, outputs)
     return ModelInfo(
         path=path,
         opset=opset,
         inputs=tuple(_with_profile(t, shapes) for t in inputs),
-        outputs=tuple(_tensor(v) for v in model.graph.output),
+        outputs=tuple(outputs),
     )
+
+
+def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor]) -> None:
+    """spec.io as the graph has it: the same names, element types and dims (without the batch
+    axis; a declared -1 matches any size, a declared size one the graph leaves open), or
+    IOMismatch naming what the spec declares and what the graph has."""
+    for field, declared, graph in (("inputs", io.inputs, inputs), ("outputs", io.outputs, outputs)):
+        found = {t.name: t.info() for t in graph}
+        if sorted(d.name for d in declared) != sorted(found):
+            raise InvalidInput(
+                "IOMismatch",
+                f"spec.io.{field} declares {sorted(d.name for d in declared)}; the graph's {field} are {sorted(found)}",
+            )
+        for index, tensor in enumerate(declared):
+            actual = found[tensor.name]
+            graph_dims = actual.dims[1:]  # axis 0 is the batch axis, which dims leave out
+            agree = len(tensor.dims) == len(graph_dims) and all(
+                want in (-1, have) or have == -1 for want, have in zip(tensor.dims, graph_dims)
+            )
+            if tensor.data_type != actual.data_type or not agree:
+                raise InvalidInput(
+                    "IOMismatch",
+                    f"spec.io.{field}[{index}] ({tensor.name!r}) declares {tensor.data_type} {tensor.dims}; the graph "
+                    f"has {actual.data_type} {graph_dims} (dims without the batch axis, -1 where open)",
+                )
 
 
 def load(path: Path) -> onnx.ModelProto:

@@ -59,7 +59,7 @@ def run(
         hardware_class=spec.hardware.class_name,
         compiler_version=__version__,
     )
-    model = inspect_model(source.path, spec.shapes, spec.objective.batch_size)  # bad input first: exit 2, no retry
+    model = inspect_model(source.path, spec.shapes, spec.objective.batch_size, spec.io)  # bad input: exit 2
     registry = Registry(opener, spec.registry.uri)
     if digest := registry.lookup(key):  # a retry after a publish that was not reported
         log.info("engine %s already in the registry for this key", digest)

@@ -1,5 +1,5 @@
 import pytest
-from tensorkiln.api import Shapes
+from tensorkiln.api import ModelIO, Shapes
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.inspection import inspect_model
 
@@ -94,3 +94,46 @@ def test_unsupported_opset(tmp_path):
 def test_unknown_operator(tmp_path):
     reason, message = reason_and_message(single_op_model(tmp_path / "m.onnx", "FrobnicateTensor"), shapes())
     assert reason == "UnsupportedOperator" and "FrobnicateTensor" in message
+
+
+def io(inputs, outputs=(("scores", "FP32", [5]),)) -> ModelIO:
+    def tensors(entries):
+        return [{"name": n, "dataType": t, "dims": d} for n, t, d in entries]
+
+    return ModelIO.model_validate({"inputs": tensors(inputs), "outputs": tensors(outputs)})
+
+
+def test_declared_io_that_matches_the_graph_passes(tmp_path):
+    model = conv_classifier(tmp_path / "m.onnx")
+    assert inspect_model(model, shapes(), 2, io([("x", "FP32", [3, 8, 8])])).inputs[0].name == "x"
+    assert inspect_model(model, shapes(), 2, io([("x", "FP32", [3, -1, 8])])).inputs[0].name == "x"
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected"),
+    [
+        (
+            io([("images", "FP32", [3, 8, 8])]),
+            "spec.io.inputs declares ['images']; the graph's inputs are ['x']",
+        ),
+        (
+            io([("x", "FP16", [3, 8, 8])]),
+            "spec.io.inputs[0] ('x') declares FP16 [3, 8, 8]; the graph has FP32 [3, 8, 8] "
+            "(dims without the batch axis, -1 where open)",
+        ),
+        (
+            io([("x", "FP32", [3, 224, 224])]),
+            "spec.io.inputs[0] ('x') declares FP32 [3, 224, 224]; the graph has FP32 [3, 8, 8] "
+            "(dims without the batch axis, -1 where open)",
+        ),
+        (
+            io([("x", "FP32", [3, 8, 8])], [("scores", "FP32", [1000])]),
+            "spec.io.outputs[0] ('scores') declares FP32 [1000]; the graph has FP32 [5] "
+            "(dims without the batch axis, -1 where open)",
+        ),
+    ],
+)
+def test_declared_io_contradicting_the_graph_is_refused_naming_both(tmp_path, declared, expected):
+    with pytest.raises(InvalidInput) as error:
+        inspect_model(conv_classifier(tmp_path / "m.onnx"), shapes(), 2, declared)
+    assert (error.value.reason, error.value.message) == ("IOMismatch", expected)

@@ -762,3 +762,48 @@ class CustomResource:
 
 
 AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since the object was created.")
+
+
+class DataType(StrEnum):
+    """Element type of a tensor."""
+
+    FP32 = "FP32"
+    FP16 = "FP16"
+    BF16 = "BF16"
+    INT8 = "INT8"
+    UINT8 = "UINT8"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    BOOL = "BOOL"
+
+
+class TensorSpec(SpecModel):
+    """Name, element type and shape of one model input or output."""
+
+    name: str = Field(min_length=1, max_length=256, description="Tensor name as in the ONNX graph.")
+    data_type: DataType = Field(description="Element type of the tensor.")
+    dims: list[Annotated[int, Field(ge=-1)]] = Field(
+        max_length=8,
+        description=(
+            "Shape without the batch axis when serving.maxBatchSize > 0, else the full shape. "
+            "-1 marks a dynamic dimension (give its range in shapes.dynamicDims)."
+        ),
+    )
+
+
+class ModelIO(SpecModel):
+    """Inputs and outputs of the model, as a check: the compiler refuses a model whose graph
+    says otherwise, naming both. When unset they are read from the ONNX graph."""
+
+    inputs: list[TensorSpec] = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra=list_map("name"),
+        description="Model inputs, unique by name: every input of the graph, none it lacks.",
+    )
+    outputs: list[TensorSpec] = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra=list_map("name"),
+        description="Model outputs, unique by name: every output of the graph, none it lacks.",
+    )

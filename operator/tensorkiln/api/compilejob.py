@@ -25,6 +25,7 @@ from .common import (
     EngineRef,
     HardwareKind,
     KubeModel,
+    ModelIO,
     ModelSource,
     Objective,
     Precision,
@@ -117,6 +118,9 @@ class CompileJobSpec(SpecModel):
         description="Precisions to build candidate engines in.",
     )
     shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engine must accept.")
+    io: ModelIO | None = Field(
+        None, description="The InferenceModel's declared inputs and outputs: the graph must have exactly these."
+    )
     calibration: Calibration | None = Field(None, description="Calibration data for INT8 candidates.")
     accuracy: AccuracyTolerance = Field(
         default_factory=AccuracyTolerance,

@@ -23,6 +23,7 @@ from .common import (
     HardwareKind,
     IntOrString,
     KubeModel,
+    ModelIO,
     ModelSource,
     Objective,
     Precision,
@@ -43,19 +44,6 @@ MAX_STABILIZATION_SECONDS = 3600  # a HorizontalPodAutoscaler's stabilizationWin
 MAX_BATCH_SIZE = 4096
 DEFAULT_PREFERRED_BATCH_SIZES = (8, 16)
 DEFAULT_MAX_REPLICAS = 10
-
-
-class DataType(StrEnum):
-    """Element type of a tensor."""
-
-    FP32 = "FP32"
-    FP16 = "FP16"
-    BF16 = "BF16"
-    INT8 = "INT8"
-    UINT8 = "UINT8"
-    INT32 = "INT32"
-    INT64 = "INT64"
-    BOOL = "BOOL"
 
 
 class HardwareMode(StrEnum):
@@ -104,37 +92,6 @@ class InferenceModelPhase(StrEnum):
 PRODUCT_GLOB_PATTERN = r"^[A-Za-z0-9._*?\[\]-]+$"
 ProductGlob = Annotated[str, Field(min_length=1, max_length=128, pattern=PRODUCT_GLOB_PATTERN)]
 """A glob (fnmatch) over nvidia.com/gpu.product label values."""
-
-
-class TensorSpec(SpecModel):
-    """Name, element type and shape of one model input or output."""
-
-    name: str = Field(min_length=1, max_length=256, description="Tensor name as in the ONNX graph.")
-    data_type: DataType = Field(description="Element type of the tensor.")
-    dims: list[Annotated[int, Field(ge=-1)]] = Field(
-        max_length=8,
-        description=(
-            "Shape without the batch axis when serving.maxBatchSize > 0, else the full shape. "
-            "-1 marks a dynamic dimension (give its range in shapes.dynamicDims)."
-        ),
-    )
-
-
-class ModelIO(SpecModel):
-    """Inputs and outputs of the model. When unset they are read from the ONNX graph."""
-
-    inputs: list[TensorSpec] = Field(
-        default_factory=list,
-        max_length=64,
-        json_schema_extra=list_map("name"),
-        description="Model inputs, unique by name.",
-    )
-    outputs: list[TensorSpec] = Field(
-        default_factory=list,
-        max_length=64,
-        json_schema_extra=list_map("name"),
-        description="Model outputs, unique by name.",
-    )
 
 
 class HardwarePool(SpecModel):

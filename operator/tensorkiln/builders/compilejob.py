@@ -28,10 +28,10 @@ def options_hash(compile_spec: dict) -> str:
     """Hash of everything that changes the engine; the registry cache key uses it."""
     keys = ("source", "modelDigest", "compilers", "precisions", "shapes", "calibration", "accuracy", "objective")
     hardware = compile_spec["hardware"]
-    return digest(
-        {**{k: compile_spec.get(k) for k in keys}, "hardwareClass": hardware["className"], "kind": hardware["kind"]},
-        16,
-    )
+    hashed = {k: compile_spec.get(k) for k in keys} | {"hardwareClass": hardware["className"], "kind": hardware["kind"]}
+    if "io" in compile_spec:  # only when declared, so that every existing key stays what it was
+        hashed["io"] = compile_spec["io"]  # a cache hit must not skip the compiler's check of it
+    return digest(hashed, 16)
 
 
 def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: Settings) -> dict:
@@ -70,6 +70,8 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         job_spec["modelDigest"] = spec["source"]["sha256"]
     if "calibration" in compile_options:
         job_spec["calibration"] = compile_options["calibration"]
+    if "io" in spec:
+        job_spec["io"] = spec["io"]
     job_spec["optionsHash"] = options_hash(job_spec)
     return {
         "apiVersion": API_VERSION,
