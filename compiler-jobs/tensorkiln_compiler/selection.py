@@ -2,7 +2,13 @@
 
 LatencyP95: lowest p95 at objective.batchSize. Throughput: highest throughput whose p95 stays
 within latencyBudgetMilliseconds (none within it: the lowest p95, and the reason says so).
-The baseline competes like any candidate; when it wins, the reason says nothing beat it.
+
+Measurements are noisy (a compile node may have 2 shared cores), so a candidate replaces the
+baseline, or a simpler candidate, only when it is better beyond the overlap of the two 95%
+confidence intervals (benchmark.intervals). Otherwise the incumbent is kept and the reason says
+"not significantly faster". Simpler: the unmodified baseline first, then by precision (FP32,
+then 16-bit, then INT8), then fewer compiler changes. Without intervals (older manifests,
+simulations) the point figures decide.
 """
 
 from __future__ import annotations
@@ -11,6 +17,27 @@ from tensorkiln.api import Objective, OptimizationMetric
 from tensorkiln.registry.manifest import Benchmark, Candidate, Selection
 
 from .errors import CompileError
+
+SIMPLICITY = {"FP32": 0, "FP16": 1, "BF16": 1, "INT8": 2}
+
+
+def _simplicity(candidate: Candidate) -> tuple[int, int]:
+    return (0 if candidate.baseline else 1, SIMPLICITY[candidate.precision])
+
+
+def _interval(bench: Benchmark, metric: OptimizationMetric) -> tuple[float, float]:
+    if metric == OptimizationMetric.LATENCY_P95:
+        return bench.p95_interval_ms or (bench.p95_ms, bench.p95_ms)
+    return bench.throughput_interval_per_s or (bench.throughput_per_s, bench.throughput_per_s)
+
+
+def _describe(bench: Benchmark, metric: OptimizationMetric) -> str:
+    """The figure the objective compares, with its interval where measured."""
+    if metric == OptimizationMetric.LATENCY_P95:
+        interval = bench.p95_interval_ms
+        return f"p95 {bench.p95_ms:.2f} ms" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    interval = bench.throughput_interval_per_s
+    return f"{bench.throughput_per_s:.1f}/s" + (f" [{interval[0]:.1f}, {interval[1]:.1f}]" if interval else "")
 
 
 def select(candidates: list[Candidate], objective: Objective) -> Selection:
@@ -24,30 +51,48 @@ def select(candidates: list[Candidate], objective: Objective) -> Selection:
     def at(candidate: Candidate) -> Benchmark:
         return next(b for b in candidate.benchmarks if b.batch_size == size)
 
-    fastest = min(passed, key=lambda c: at(c).p95_ms)
-    if objective.metric == OptimizationMetric.LATENCY_P95:
-        winner, reason = fastest, f"lowest p95 at batch {size}: {at(fastest).p95_ms:.2f} ms"
+    metric = objective.metric
+    if metric == OptimizationMetric.LATENCY_P95:
+        pool, why = passed, f"lowest p95 at batch {size}"
     else:
         budget = objective.latency_budget_milliseconds
-        within = [c for c in passed if at(c).p95_ms <= budget]
-        if within:
-            winner = max(within, key=lambda c: at(c).throughput_per_s)
-            reason = (
-                f"highest throughput at batch {size} within the {budget:g} ms p95 budget: "
-                f"{at(winner).throughput_per_s:.1f}/s at p95 {at(winner).p95_ms:.2f} ms"
-            )
-        else:
-            winner = fastest
-            reason = (
-                f"no candidate meets the {budget:g} ms p95 budget at batch {size};"
-                f" lowest p95: {at(fastest).p95_ms:.2f} ms"
-            )
-    baseline = next((c for c in passed if c.baseline), None)
+        pool = [c for c in passed if at(c).p95_ms <= budget]
+        why = f"highest throughput at batch {size} within the {budget:g} ms p95 budget"
+        if not pool:  # nothing meets the budget: the lowest p95 is the best there is
+            pool, metric = passed, OptimizationMetric.LATENCY_P95
+            why = f"no candidate meets the {budget:g} ms p95 budget at batch {size}; lowest p95"
+
+    def better(a: Candidate, b: Candidate) -> bool:
+        """`a` beats `b` beyond the overlap of their intervals."""
+        (a_low, a_high), (b_low, b_high) = _interval(at(a), metric), _interval(at(b), metric)
+        return a_high < b_low if metric == OptimizationMetric.LATENCY_P95 else a_low > b_high
+
+    # From the simplest up (the best first within one level): a candidate takes over only from
+    # the one it significantly beats.
+    ordered = sorted(pool, key=lambda c: (_simplicity(c), -_score(at(c), metric)))
+    winner = ordered[0]
+    for challenger in ordered[1:]:
+        if better(challenger, winner):
+            winner = challenger
+    best = max(pool, key=lambda c: _score(at(c), metric))
+    if best is winner:
+        reason = f"{why}: {winner.id} {_describe(at(winner), metric)}"
+    else:
+        reason = (
+            f"{why}: {best.id} ({_describe(at(best), metric)}) but not significantly faster than the simpler "
+            f"{winner.id} ({_describe(at(winner), metric)}), which is kept"
+        )
     if winner.baseline:
-        reason += "; no candidate beat the baseline, so the unmodified ONNX is published"
+        reason += "; no candidate significantly beat the baseline, so the unmodified ONNX is published"
+    baseline = next((c for c in passed if c.baseline), None)
     return Selection(
         objective=objective.model_dump(by_alias=True, mode="json", exclude_none=True),
         winner=winner.id,
         reason=reason,
         speedup_vs_baseline=at(baseline).p50_ms / at(winner).p50_ms if baseline else None,
     )
+
+
+def _score(bench: Benchmark, metric: OptimizationMetric) -> float:
+    """Higher is better."""
+    return -bench.p95_ms if metric == OptimizationMetric.LATENCY_P95 else bench.throughput_per_s

@@ -167,6 +167,15 @@ class CandidateSummary(KubeModel):
         None, description="95th-percentile latency at the objective's batch size, milliseconds."
     )
     throughput_per_second: float | None = Field(None, description="Inferences per second at that batch size.")
+    p95_interval_ms: list[float] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description=(
+            "95% bootstrap confidence interval [low, high] of p95Ms: a candidate replaces a simpler one only "
+            "when better beyond the overlap of their intervals."
+        ),
+    )
     max_abs_error: float | None = Field(None, description="Largest absolute output difference from the fp32 reference.")
     cosine_similarity: float | None = Field(None, description="Cosine similarity of outputs to the fp32 reference.")
 

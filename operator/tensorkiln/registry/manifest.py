@@ -53,6 +53,9 @@ class Accuracy(_Model):
     synthetic_data: bool = Field(description="True when no dataset was given and inputs were synthesised")
 
 
+Interval = tuple[float, float]
+
+
 class Benchmark(_Model):
     batch_size: int
     p50_ms: float
@@ -62,6 +65,12 @@ class Benchmark(_Model):
     threads: int
     warmup_runs: int
     runs: int
+    # 95% bootstrap confidence intervals (low, high) of the figures above; None in manifests
+    # written before they were measured, and for simulations, which have no spread.
+    p50_interval_ms: Interval | None = None
+    p95_interval_ms: Interval | None = None
+    p99_interval_ms: Interval | None = None
+    throughput_interval_per_s: Interval | None = None
 
 
 class Candidate(_Model):
