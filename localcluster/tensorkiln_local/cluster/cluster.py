@@ -168,8 +168,10 @@ def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
 
 
 def agent_code() -> str:
-    """A digest of the agent's source: tensorkiln_local/node/*.py."""
-    digest = hashlib.sha256()
+    """A digest of the agent's source (tensorkiln_local/node/*.py) and of the Python environment it
+    runs in: its pods (compile jobs, Triton) run that environment's tensorkiln, so a `cluster up`
+    from another checkout restarts it on that checkout's code."""
+    digest = hashlib.sha256(sys.prefix.encode() + b"\0")
     for source in sorted(Path(tensorkiln_local.node.__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -182,7 +184,8 @@ def _start_agent(core: client.CoreV1Api) -> None:
     recorded = AGENT_CODE.read_text() if AGENT_CODE.exists() else ""
     if running and recorded != code:
         print(
-            f"the local node agent (pid {running}) runs older code than tensorkiln_local/node/: restarting it; "
+            f"the local node agent (pid {running}) runs other code than tensorkiln_local/node/ in {sys.prefix}: "
+            "restarting it; "
             f"the processes of the pods on {LOCAL_NODE} restart with it",
             file=sys.stderr,
         )
