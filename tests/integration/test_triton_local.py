@@ -24,7 +24,7 @@ from google.protobuf import text_format
 from PIL import Image
 from tensorkiln import cli
 from tensorkiln.serving.client import infer, settled_counters
-from tensorkiln.serving.request import TensorSpec, image_array
+from tensorkiln.serving.request import ServedTensor, image_array
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
@@ -227,7 +227,7 @@ def test_tensorkiln_infer_answers_as_onnxruntime_and_names_a_wrong_input(server,
     reference = ort.InferenceSession(str(CLS.path), providers=["CPUExecutionProvider"])
     line = (np.clip(CLS.samples(1, seed=3)[0].transpose(1, 2, 0) * 0.5 + 0.5, 0, 1) * 255).astype(np.uint8)
     Image.fromarray(line).save(tmp_path / "line.png")
-    sent = image_array(tmp_path / "line.png", TensorSpec("x", "FP32", (-1, 3, CLS.height, CLS.width)))
+    sent = image_array(tmp_path / "line.png", ServedTensor("x", "FP32", (-1, 3, CLS.height, CLS.width)))
     (expected,) = reference.run(None, {"x": sent})
     with pytest.raises(SystemExit) as done:
         cli.main(["infer", "cls-onnxruntime", "--address", f"{ip}:8001", "--input", str(tmp_path / "line.png")])

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 from PIL import Image
-from tensorkiln.serving.request import RequestError, TensorSpec, checked, describe_output, inputs_from, top_k
+from tensorkiln.serving.request import RequestError, ServedTensor, checked, describe_output, inputs_from, top_k
 
-IMAGE = TensorSpec("x", "FP32", (-1, 3, 48, 192))
-IDS = TensorSpec("input_ids", "INT64", (-1, -1))
-MASK = TensorSpec("attention_mask", "INT64", (-1, -1))
+IMAGE = ServedTensor("x", "FP32", (-1, 3, 48, 192))
+IDS = ServedTensor("input_ids", "INT64", (-1, -1))
+MASK = ServedTensor("attention_mask", "INT64", (-1, -1))
 
 
 def test_a_sample_without_its_batch_axis_gets_one_where_the_model_batches():
@@ -48,7 +48,7 @@ def test_an_image_is_resized_to_the_input_laid_out_as_it_wants_and_scaled_to_0_1
     (x,) = inputs_from(tmp_path / "line.png", [IMAGE], True).values()
     assert x.shape == (1, 3, 48, 192) and x.dtype == np.float32
     np.testing.assert_allclose(x[0, :, 0, 0], [1.0, 0.0, 0.2], atol=1e-6)
-    nhwc = TensorSpec("image", "FP32", (-1, 224, 224, 3))
+    nhwc = ServedTensor("image", "FP32", (-1, 224, 224, 3))
     assert inputs_from(tmp_path / "line.png", [nhwc], True)["image"].shape == (1, 224, 224, 3)
     with pytest.raises(RequestError, match="does not look like an image"):
         inputs_from(tmp_path / "line.png", [IDS], True)

@@ -45,7 +45,7 @@ def run(
         config = triton.get_model_config(model, as_json=True)["config"]
     except InferenceServerException as error:
         raise request.RequestError(f"Triton at {address} does not serve {model!r}: {error.message()}") from None
-    specs = [request.TensorSpec.from_metadata(entry) for entry in metadata["inputs"]]
+    specs = [request.ServedTensor.from_metadata(entry) for entry in metadata["inputs"]]
     inputs = request.inputs_from(path, specs, batching=int(config.get("max_batch_size", 0)) > 0)
     started = time.perf_counter()
     try:

@@ -24,13 +24,15 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
-class TensorSpec:
+class ServedTensor:
+    """One input as the serving Triton describes it (its model metadata), not spec.io's declaration."""
+
     name: str
     datatype: str  # Triton's: FP32, INT64, ...
     shape: tuple[int, ...]  # -1: any size (the batch axis of a batching model is -1)
 
     @classmethod
-    def from_metadata(cls, entry: dict) -> TensorSpec:
+    def from_metadata(cls, entry: dict) -> ServedTensor:
         return cls(entry["name"], entry["datatype"], tuple(int(d) for d in entry["shape"]))
 
     @property
@@ -41,11 +43,11 @@ class TensorSpec:
         return f"{list(self.shape)} of {self.datatype} ({self.dtype})"
 
 
-def _fits(shape: tuple[int, ...], spec: TensorSpec) -> bool:
+def _fits(shape: tuple[int, ...], spec: ServedTensor) -> bool:
     return len(shape) == len(spec.shape) and all(want in (-1, got) for want, got in zip(spec.shape, shape))
 
 
-def checked(spec: TensorSpec, array: np.ndarray, batching: bool) -> np.ndarray:
+def checked(spec: ServedTensor, array: np.ndarray, batching: bool) -> np.ndarray:
     """`array` as `spec` takes it (a batch axis added where it lacks one), or RequestError."""
     if batching and len(array.shape) == len(spec.shape) - 1:
         array = array[np.newaxis]
@@ -59,7 +61,7 @@ def checked(spec: TensorSpec, array: np.ndarray, batching: bool) -> np.ndarray:
     return array
 
 
-def image_layout(spec: TensorSpec) -> tuple[int, int, int, bool]:
+def image_layout(spec: ServedTensor) -> tuple[int, int, int, bool]:
     """(height, width, channels, channels_first) of a 4-D image input, or RequestError."""
     if len(spec.shape) == 4 and spec.shape[1] in (1, 3) and spec.shape[2] > 0 and spec.shape[3] > 0:
         return spec.shape[2], spec.shape[3], spec.shape[1], True
@@ -71,7 +73,7 @@ def image_layout(spec: TensorSpec) -> tuple[int, int, int, bool]:
     )
 
 
-def image_array(path: Path, spec: TensorSpec) -> np.ndarray:
+def image_array(path: Path, spec: ServedTensor) -> np.ndarray:
     """The image at `path` as `spec` takes it: resized, channels where it wants them, in [0, 1]."""
     try:
         from PIL import Image
@@ -84,7 +86,7 @@ def image_array(path: Path, spec: TensorSpec) -> np.ndarray:
     return (pixels.transpose(2, 0, 1) if channels_first else pixels)[np.newaxis]
 
 
-def inputs_from(path: Path, specs: list[TensorSpec], batching: bool) -> dict[str, np.ndarray]:
+def inputs_from(path: Path, specs: list[ServedTensor], batching: bool) -> dict[str, np.ndarray]:
     """Every input of the request, by name, from one file."""
     suffix = path.suffix.lower()
     names = ", ".join(s.name for s in specs)
