@@ -7,8 +7,8 @@ Measurements are noisy (a compile node may have 2 shared cores), so a candidate 
 baseline, or a simpler candidate, only when it is better beyond the overlap of the two 95%
 confidence intervals (benchmark.intervals). Otherwise the incumbent is kept and the reason says
 "not significantly faster". Simpler: the unmodified baseline first, then by precision (FP32,
-then 16-bit, then INT8), then fewer compiler changes. Without intervals (older manifests,
-simulations) the point figures decide.
+then 16-bit, then INT8). Without intervals (older manifests, simulations) the point figures
+decide.
 """
 
 from __future__ import annotations
