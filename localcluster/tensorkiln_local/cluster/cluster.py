@@ -4,9 +4,10 @@ kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kub
 and the kwok controller as local processes and writes their certificates and kubeconfig.
 On top of that this module applies the simulated node pools and the CRDs and starts the
 local node agent for the real node local-0, then Prometheus (tensorkiln_local.cluster.prometheus).
-A running agent is kept, unless its code (tensorkiln_local/node/) changed since it was started:
-then it is restarted, and the processes of the pods on local-0 with it (a restarted agent
-restarts them as the restart policy says; running Job pods fail, so do it between test runs).
+A running agent is kept, unless its code (tensorkiln_local/node/) or its Python environment
+changed since it was started (agent_code): then it is restarted, and the processes of the pods
+on local-0 with it (a restarted agent restarts them as the restart policy says; running Job pods
+fail, so do it between test runs).
 """
 
 import hashlib
@@ -185,8 +186,7 @@ def _start_agent(core: client.CoreV1Api) -> None:
     if running and recorded != code:
         print(
             f"the local node agent (pid {running}) runs other code than tensorkiln_local/node/ in {sys.prefix}: "
-            "restarting it; "
-            f"the processes of the pods on {LOCAL_NODE} restart with it",
+            f"restarting it; the processes of the pods on {LOCAL_NODE} restart with it",
             file=sys.stderr,
         )
         processes.stop(AGENT_PIDFILE, grace_seconds=60)  # it stops its pods first (their grace, then 15 s each)
