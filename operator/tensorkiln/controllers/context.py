@@ -32,7 +32,6 @@ class OperatorContext:
         self.namespaces = namespaces  # empty: every namespace
         self.peering = peering  # the kopf peering object joined; None: standalone
         self.identity = identity  # this operator's entry in it
-        self.cache = cache
         self.state = ClusterState(api, cache)
         prometheus = metrics.connect(settings.prometheus_url) if settings.prometheus_url else None
         self.scaler = Scaler(prometheus, period=settings.slo_period_seconds)
@@ -44,6 +43,10 @@ class OperatorContext:
         """The operator's context: clients from the pod's ServiceAccount or the kubeconfig."""
         identity = peering_identity()
         return cls(settings, namespaces, kube.api_client(), WatchCache(), peering=peering, identity=identity)
+
+    @property
+    def cache(self) -> WatchCache:
+        return self.state.cache
 
     def registry(self) -> Registry:
         """The engine registry, opened and prepared on first use: from then on a registry that is
