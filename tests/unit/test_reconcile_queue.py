@@ -31,7 +31,9 @@ def wired():
     clock = Clock()
     objects, calls, retry = {}, [], {}
     state = SimpleNamespace(get=lambda version, kind, ns, name: objects.get((kind, ns, name)))
-    context = SimpleNamespace(settings=Settings(slo_period_seconds=10), namespaces=[], cache=WatchCache(), state=state)
+    watch_cache = WatchCache()
+    watch_cache.mark_filled()  # the informers have their first listings
+    context = SimpleNamespace(settings=Settings(slo_period_seconds=10), namespaces=[], cache=watch_cache, state=state)
     controller = handlers.Controller(context, WorkQueue(clock))
 
     def reconcile(body, forced=False):
@@ -82,3 +84,33 @@ def test_a_failure_comes_back_after_its_backoff_and_an_slo_model_on_its_period(w
     clock.now += 20
     drain(controller)
     assert ("f", False) in calls[4:]
+
+
+def test_nothing_is_reconciled_before_the_cache_serves(wired):
+    clock, controller, objects, calls, _ = wired
+    controller.cache._filled.clear()  # the informers' first listings are not all in
+    objects[("InferenceModel", "ns", "a")] = model("a")
+    controller.enqueue(model("a"), forced=True)
+    drain(controller)
+    assert calls == [] and len(controller.queue) == 1  # back in the queue, and still forced
+    controller.cache.mark_filled()
+    clock.now += handlers.NOT_FILLED_RETRY_SECONDS
+    drain(controller)
+    assert calls == [("a", True)]
+
+
+def test_cached_events_queue_the_object_that_owns_what_moved(wired):
+    _, controller, *_ = wired
+    owner = [{"kind": "InferenceModel", "name": "m", "uid": "u", "controller": True}]
+    compile_pod = {"metadata": {"namespace": "ns", "name": "p", "labels": {"tensorkiln.dev/compile-job": "m--cpu"}}}
+    serving = {"metadata": {"namespace": "ns", "name": "m--cpu", "labels": {"app.kubernetes.io/component": "serving"},
+                            "ownerReferences": owner}}  # fmt: skip
+    other = {"metadata": {"namespace": "ns", "name": "x", "labels": {}, "ownerReferences": owner}}
+    controller.cached_event("Pod", "MODIFIED", compile_pod, None)
+    controller.cached_event("Deployment", "MODIFIED", serving, None)
+    controller.cached_event("ConfigMap", "DELETED", other, other)  # the resync covers these
+    queued = []
+    while (item := controller.queue.get(timeout=0)) is not None:
+        queued.append(item)
+        controller.queue.done(item)
+    assert queued == [("CompileJob", "ns", "m--cpu"), ("InferenceModel", "ns", "m")]

@@ -24,7 +24,8 @@ from registry_fixtures import make_engine
 from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders.serving import build_config_map
 from tensorkiln.controllers import compilejob
-from tensorkiln.controllers.inferencemodel import normalised_spec, refusal
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.controllers.plan import refusal
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.settings import Settings

@@ -22,14 +22,10 @@ def obj(kind, name, namespace="ns", rv="10", labels=None, created="2026-12-01T10
 
 
 def filled(*objects) -> cache.WatchCache:
-    """A cache whose indexes hold `objects` as kopf would after running the index handlers."""
-    indexes = {k.index_id: {} for k in cache.KINDS}
-    for o in objects:
-        kind = KIND[o["kind"]]
-        for key, value in cache.index_keys(kind, cache.kept(o)).items():
-            indexes[kind.index_id].setdefault(key, []).append(value)
+    """A cache whose stores hold `objects`, as the informers would after their first listings."""
     watch_cache = cache.WatchCache()
-    watch_cache.attach(indexes)
+    for o in objects:
+        watch_cache.stores[o["kind"]].put(o)
     watch_cache.mark_filled()
     return watch_cache
 
@@ -43,17 +39,51 @@ def test_kept_drops_managed_fields_and_copies():
     assert copy["spec"]["replicas"] == 1
 
 
-def test_index_keys_by_name_by_the_kinds_labels_and_all():
-    pod = obj("Pod", "p", labels={MODEL: "m", "job-name": "j", "other": "x"})
-    assert set(cache.index_keys(KIND["Pod"], pod)) == {(), ("ns", "p"), ("ns", MODEL, "m"), ("ns", "job-name", "j")}
-    node = obj("Node", "n1", namespace=None)
-    assert set(cache.index_keys(KIND["Node"], node)) == {(), (None, "n1")}
+def test_pods_are_kept_with_only_the_fields_the_reconcilers_read():
+    (pods,) = [k for k in cache.KINDS if k.kind == "Pod"]
+    body = obj(
+        "Pod", "p", labels={MODEL: "m"}, apiVersion="v1",
+        spec={"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]},
+        status={"phase": "Running", "containerStatuses": [{"name": "c", "ready": True}], "podIP": "10.0.0.1"},
+    )  # fmt: skip
+    body["metadata"]["annotations"] = {"big": "x" * 1000}
+    body["metadata"]["managedFields"] = [{"manager": "kubelet"}]
+    kept = cache.kept(body, pods.only)
+    assert kept["spec"] == {"nodeName": "n1"}
+    assert kept["status"] == {"phase": "Running", "containerStatuses": [{"name": "c", "ready": True}]}
+    assert set(kept["metadata"]) == {"name", "namespace", "labels", "creationTimestamp", "resourceVersion"}
+    assert (kept["kind"], kept["apiVersion"]) == ("Pod", "v1")
+
+
+def test_a_store_keeps_one_object_a_name_found_by_its_labels_until_it_changes_or_goes():
+    store = cache.KindStore(KIND["Pod"])
+    store.put(obj("Pod", "p", rv="1", labels={MODEL: "m", "job-name": "j", "other": "x"}))
+    assert [p["metadata"]["name"] for p in store.select("ns", MODEL, "m")] == ["p"]
+    assert store.select("ns", "other", "x") == []  # not a label the reconcilers select by
+    before = store.put(obj("Pod", "p", rv="2", labels={MODEL: "n"}))
+    assert before["metadata"]["resourceVersion"] == "1"
+    assert store.select("ns", MODEL, "m") == [] and store.select("ns", "job-name", "j") == []
+    assert store.get("ns", "p")["metadata"]["resourceVersion"] == "2"
+    store.remove(obj("Pod", "p"))
+    assert store.get("ns", "p") is None and store.select("ns", MODEL, "n") == [] and store.all() == []
+
+
+def test_a_relisting_replaces_the_store_and_says_what_changed():
+    store = cache.KindStore(KIND["CompileJob"])
+    for name, rv in (("same", "1"), ("changed", "1"), ("gone", "1")):
+        store.put(obj("CompileJob", name, rv=rv))
+    changes = store.replace([obj("CompileJob", "same", rv="1"), obj("CompileJob", "changed", rv="7"),
+                             obj("CompileJob", "new", rv="8")])  # fmt: skip
+    assert sorted((t, o["metadata"]["name"]) for t, o, _ in changes) == [
+        ("ADDED", "new"), ("DELETED", "gone"), ("MODIFIED", "changed")
+    ]  # fmt: skip
+    assert sorted(o["metadata"]["name"] for o in store.all()) == ["changed", "new", "same"]
 
 
 def test_owned_kinds_are_cached_only_with_our_managed_by_label():
     for kind in ("Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"):
-        assert KIND[kind].labels == MANAGED_BY
-    assert KIND["Job"].labels == {COMPILE_JOB: cache.kopf.PRESENT}
+        assert KIND[kind].selector == "app.kubernetes.io/managed-by=tensorkiln"
+    assert KIND["Job"].selector == COMPILE_JOB and KIND["Pod"].selector == MODEL
 
 
 def test_get_select_and_all():
@@ -66,12 +96,6 @@ def test_get_select_and_all():
     assert watch_cache.get("CompileJob", "elsewhere", "a") is None
     assert sorted(o["metadata"]["name"] for o in watch_cache.select("CompileJob", "ns", MODEL, "m")) == ["a", "b"]
     assert len(watch_cache.all("CompileJob")) == 3
-
-
-def test_two_uids_under_one_name_give_the_newest():
-    old = obj("Deployment", "d", rv="5", labels=MANAGED_BY, created="2026-12-01T09:00:00Z")
-    new = obj("Deployment", "d", rv="9", labels=MANAGED_BY, created="2026-12-01T10:00:00Z")
-    assert filled(old, new).get("Deployment", "ns", "d")["metadata"]["resourceVersion"] == "9"
 
 
 def test_a_write_is_read_back_until_the_watch_brings_it_or_a_newer_one():
@@ -100,9 +124,8 @@ def test_an_old_write_the_watch_never_brought_is_dropped(monkeypatch):
     assert watch_cache.get("CompileJob", "ns", "a")["metadata"]["resourceVersion"] == "10"
 
 
-def test_nothing_is_served_before_kopf_has_filled_the_indexes():
+def test_nothing_is_served_before_every_informer_has_its_first_listing():
     watch_cache = cache.WatchCache()
-    watch_cache.attach({k.index_id: {} for k in cache.KINDS})
     assert not watch_cache.serves("Deployment")
     watch_cache.mark_filled()
     assert watch_cache.serves("Deployment") and not watch_cache.serves("Secret")

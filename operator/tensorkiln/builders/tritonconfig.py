@@ -12,8 +12,8 @@ Two runtimes:
 """
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
 
+from tensorkiln.builders.tritonschema import model_config_pb2
 from tensorkiln.registry.manifest import EngineManifest
 
 NATIVE = "native"

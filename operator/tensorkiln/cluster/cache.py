@@ -1,19 +1,20 @@
-"""What the reconcilers read, kept in memory from kopf's watches, so that a reconcile and the
-periodic resync make no GET or LIST in steady state.
+"""What the reconcilers read, kept in memory from watches, so that a reconcile and the periodic
+resync make no GET or LIST in steady state.
 
-One kopf index per kind (`@kopf.index`). kopf fills every index from its initial listing before
-it runs any other handler, and keeps it current from the same watch streams its handlers use.
-Each object is kept once, without managedFields, under its (namespace, name), under the label
-keys the reconcilers look up by (`CachedKind.by_labels`), and under `ALL`.
+One informer per kind (tensorkiln.cluster.informer) lists and then watches it, and keeps it in that
+kind's `KindStore`: each object once, without managedFields, by (namespace, name) and under the
+label values the reconcilers select by (`CachedKind.by_labels`). Pods, the most numerous and
+largest kind, are kept with only the fields the reconcilers read (`CachedKind.only`): memory at a
+thousand models is mostly this cache. The cache serves once every kind has its first listing.
 
 Owned kinds are kept only when they carry our managed-by label: a derived name taken by an object
 that is not ours is found by a GET at the moment we would create ours (ClusterState.confirm).
 
-Our own writes are remembered for a short while (`wrote`): while the index still holds an older
+Our own writes are remembered for a short while (`wrote`): while the store still holds an older
 resourceVersion of the object, reads get what we wrote, so that the reconcile right after a write
 does not act on the version before it (the watch event that brings it arrives a moment later).
 
-Objects read from here are shared with the index: read-only.
+Objects read from here are shared with the store: read-only.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import kopf
-
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MANAGED_BY, MODEL
 
-ALL = ()  # the index key under which every object of a kind is kept
 JOB_NAME = "job-name"  # set by the Job controller on a Job's pods
 WRITES_KEPT_SECONDS = 60.0  # far longer than a watch event takes to arrive
+# What status.compilejob (placement, termination report) and status.serving (why pods do not start) read.
+POD_FIELDS_READ = {
+    "metadata": ("name", "namespace", "uid", "labels", "creationTimestamp", "resourceVersion", "deletionTimestamp"),
+    "spec": ("nodeName",),
+    "status": ("phase", "conditions", "containerStatuses", "initContainerStatuses"),
+}
 
 
 @dataclass(frozen=True)
@@ -40,48 +44,109 @@ class CachedKind:
     version: str
     plural: str
     kind: str
-    labels: Mapping[str, object] = field(default_factory=dict)  # kopf's label filter
+    selector: str = ""  # label selector of the objects kept
     by_labels: tuple[str, ...] = ()  # label keys the reconcilers select by
+    only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # section -> the keys of it kept; others whole
+    namespaced: bool = True
 
     @property
-    def index_id(self) -> str:
-        return f"cached_{self.plural}"
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
+OURS = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 KINDS = (
-    CachedKind("", "v1", "nodes", "Node"),
+    CachedKind("", "v1", "nodes", "Node", namespaced=False),
     CachedKind(GROUP, VERSION, "inferencemodels", "InferenceModel"),
     CachedKind(GROUP, VERSION, "compilejobs", "CompileJob", by_labels=(MODEL,)),
-    CachedKind("batch", "v1", "jobs", "Job", {COMPILE_JOB: kopf.PRESENT}, (COMPILE_JOB,)),
+    CachedKind("batch", "v1", "jobs", "Job", COMPILE_JOB, (COMPILE_JOB,)),
     # Compile pods and serving pods both carry the model label.
-    CachedKind("", "v1", "pods", "Pod", {MODEL: kopf.PRESENT}, (MODEL, JOB_NAME)),
-    CachedKind("apps", "v1", "deployments", "Deployment", MANAGED_BY),
-    CachedKind("", "v1", "services", "Service", MANAGED_BY),
-    CachedKind("", "v1", "configmaps", "ConfigMap", MANAGED_BY),
-    CachedKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", MANAGED_BY),
-    CachedKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", MANAGED_BY),
+    CachedKind("", "v1", "pods", "Pod", MODEL, (MODEL, JOB_NAME), POD_FIELDS_READ),
+    CachedKind("apps", "v1", "deployments", "Deployment", OURS),
+    CachedKind("", "v1", "services", "Service", OURS),
+    CachedKind("", "v1", "configmaps", "ConfigMap", OURS),
+    CachedKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", OURS),
+    CachedKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", OURS),
     # Not ours: what pvc:// sources and a PVC-backed registry name (the admission checks).
     CachedKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
 )
 
 
-def kept(body: Mapping) -> dict:
-    """The object as the cache keeps it: a copy of its own (kopf's event bodies are kopf's),
-    without managedFields (the plan compares the desired-hash annotation, never managedFields)."""
-    obj = copy.deepcopy(dict(body))
+def kept(body: Mapping, only: Mapping[str, tuple[str, ...]] | None = None) -> dict:
+    """The object as the cache keeps it: a copy of its own, without managedFields (the plan
+    compares the desired-hash annotation, never managedFields), and of the sections in `only`
+    just the keys it names."""
+    obj = dict(body)
     obj["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
-    return obj
+    for section, keys in (only or {}).items():
+        obj[section] = {k: v for k, v in obj.get(section, {}).items() if k in keys}
+    return copy.deepcopy(obj)  # of what is kept only
 
 
-def index_keys(kind: CachedKind, obj: dict) -> dict:
-    """Every key `obj` is found under."""
+def _key(obj: dict) -> tuple[str | None, str]:
     meta = obj["metadata"]
-    namespace, labels = meta.get("namespace"), meta.get("labels") or {}
-    keys = {ALL: obj, (namespace, meta["name"]): obj}
-    for label in kind.by_labels:
-        if label in labels:
-            keys[(namespace, label, labels[label])] = obj
-    return keys
+    return meta.get("namespace"), meta["name"]
+
+
+class KindStore:
+    """One kind's objects, by (namespace, name) and by (namespace, label, value) for the label
+    keys the kind is selected by; written by its informers' threads, read from any thread."""
+
+    def __init__(self, kind: CachedKind):
+        self.kind = kind
+        self._objects: dict[tuple[str | None, str], dict] = {}
+        self._by_label: dict[tuple, dict[tuple[str | None, str], dict]] = {}
+        self._lock = threading.Lock()
+
+    def _label_keys(self, obj: dict) -> list[tuple]:
+        namespace, labels = obj["metadata"].get("namespace"), obj["metadata"].get("labels") or {}
+        return [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
+
+    def _drop(self, key: tuple[str | None, str]) -> dict | None:
+        before = self._objects.pop(key, None)
+        if before is not None:
+            for label_key in self._label_keys(before):
+                self._by_label.get(label_key, {}).pop(key, None)
+        return before
+
+    def put(self, body: dict) -> dict | None:
+        """Keep `body` (as `kept` makes it); returns what was kept under its name before."""
+        obj = kept(body, self.kind.only)
+        key = _key(obj)
+        with self._lock:
+            before = self._drop(key)
+            self._objects[key] = obj
+            for label_key in self._label_keys(obj):
+                self._by_label.setdefault(label_key, {})[key] = obj
+        return before
+
+    def remove(self, body: dict) -> dict | None:
+        with self._lock:
+            return self._drop(_key(body))
+
+    def replace(self, bodies: list[dict]) -> list[tuple[str, dict, dict | None]]:
+        """Hold exactly `bodies` (a fresh listing); returns the changes as (event type, object,
+        before), for a listing that follows a broken watch."""
+        listed = {_key(b) for b in bodies}
+        changes = []
+        for body in bodies:
+            before = self.put(body)
+            if before is None or before["metadata"].get("resourceVersion") != body["metadata"].get("resourceVersion"):
+                changes.append(("ADDED" if before is None else "MODIFIED", body, before))
+        with self._lock:
+            gone = [self._drop(key) for key in [k for k in self._objects if k not in listed]]
+        return changes + [("DELETED", obj, obj) for obj in gone]
+
+    def get(self, namespace: str | None, name: str) -> dict | None:
+        return self._objects.get((namespace, name))
+
+    def select(self, namespace: str | None, label: str, value: str) -> list[dict]:
+        with self._lock:
+            return list(self._by_label.get((namespace, label, value), {}).values())
+
+    def all(self) -> list[dict]:
+        with self._lock:
+            return list(self._objects.values())
 
 
 def _version(obj: dict) -> int:
@@ -93,49 +158,42 @@ def _version(obj: dict) -> int:
 
 
 class WatchCache:
-    """The indexes kopf fills (`attach`, from a startup handler), read from any thread."""
+    """Every cached kind's store, filled by the informers (tensorkiln.cluster.informer); serves
+    once each kind has its first listing, and from any thread."""
 
     def __init__(self) -> None:
-        self._indexes: Mapping[str, Mapping] = {}
+        self.stores = {k.kind: KindStore(k) for k in KINDS}
         self._filled = threading.Event()
         self._writes: dict[tuple[str, str | None, str], tuple[float, dict]] = {}
         self._writes_lock = threading.Lock()
 
-    def attach(self, indexes: Mapping[str, Mapping]) -> None:
-        self._indexes = {k.kind: indexes[k.index_id] for k in KINDS}
-
     def mark_filled(self) -> None:
-        """kopf runs resource handlers only once every index holds its initial listing."""
+        """Serve from now on: every store holds its kind's first listing."""
         self._filled.set()
 
     @property
     def filled(self) -> bool:
         return self._filled.is_set()
 
-    def serves(self, kind: str) -> bool:
-        return self._filled.is_set() and kind in self._indexes
+    def wait_filled(self, timeout: float | None = None) -> bool:
+        return self._filled.wait(timeout)
 
-    def _values(self, kind: str, key: tuple) -> list[dict]:
-        store = self._indexes[kind].get(key)
-        # list() copies a Store in one C call, so kopf's loop updating it meanwhile is harmless.
-        return list(store) if store is not None else []
+    def serves(self, kind: str) -> bool:
+        return self._filled.is_set() and kind in self.stores
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
-        found = self._values(kind, (namespace, name))
-        # Two uids under one name: deleted and made again, the deletion's event still on its way.
-        newest = max(found, key=lambda o: o["metadata"].get("creationTimestamp") or "", default=None)
-        return self._fresher(kind, namespace, name, newest)
+        return self._fresher(kind, namespace, name, self.stores[kind].get(namespace, name))
 
     def select(self, kind: str, namespace: str | None, label: str, value: str) -> list[dict]:
         return [
             self._fresher(kind, namespace, o["metadata"]["name"], o)
-            for o in self._values(kind, (namespace, label, value))
+            for o in self.stores[kind].select(namespace, label, value)
         ]
 
     def all(self, kind: str) -> list[dict]:
         return [
             self._fresher(kind, o["metadata"].get("namespace"), o["metadata"]["name"], o)
-            for o in self._values(kind, ALL)
+            for o in self.stores[kind].all()
         ]
 
     def wrote(self, obj: dict) -> None:
@@ -159,27 +217,3 @@ class WatchCache:
                 del self._writes[key]  # the watch has caught up, or never will
                 return indexed
             return written[1]
-
-
-def register(cache: WatchCache, registry: kopf.OperatorRegistry) -> None:
-    """kopf index handlers for every kind in KINDS, and the startup handler that hands the
-    indexes to `cache`."""
-    for cached in KINDS:
-
-        def index(body, cached=cached, **_) -> dict:
-            return index_keys(cached, kept(body))
-
-        labels = dict(cached.labels) or None
-        kopf.index(cached.group, cached.version, cached.plural, id=cached.index_id, labels=labels, registry=registry)(
-            index
-        )
-
-    @kopf.on.startup(registry=registry)
-    def attach_cache(**kwargs) -> None:  # kopf passes every index by its handler's id
-        cache.attach(kwargs)
-
-    # The first resource event comes after every initial listing; once filled, the filter keeps
-    # the handler (and kopf's log line for it) off every later node event.
-    @kopf.on.event("", "v1", "nodes", when=lambda **_: not cache.filled, registry=registry)
-    async def cache_filled(**_) -> None:
-        cache.mark_filled()

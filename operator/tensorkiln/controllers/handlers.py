@@ -2,12 +2,14 @@
 
 Reconciliation is level-based and goes through one work queue (controllers.workqueue): a few
 worker threads, one reconcile at a time per object, a failing object retried after its backoff,
-an SLO model again on the scaler's period. create/update/resume handlers queue the object itself;
-event handlers on Jobs, pods, CompileJobs and Deployments queue the object that owns them; and
-one operator-wide resync loop queues every object, so that a missed event, a restart or a new
-node pool converges. Reconciles and the resync read from the watch cache (tensorkiln.cluster.cache),
-so in steady state they make no GET or LIST. (kopf's per-object timers would put a finalizer on
-every object, which would block deletion whenever the operator is down; the resync loop needs none.)
+an SLO model again on the scaler's period. kopf's create/update/resume handlers queue the object
+itself; the watch cache's informers (tensorkiln.cluster.informer) tell `cached_event` of every
+change to a Job, pod, CompileJob or Deployment, which queues the object that owns it; and one
+operator-wide resync loop queues every object, so that a missed event, a restart or a new node
+pool converges. Reconciles and the resync read from the watch cache (tensorkiln.cluster.cache),
+and none runs before it holds every kind's first listing, so in steady state and at a restart
+they make no GET or LIST. (kopf's per-object timers would put a finalizer on every object, which
+would block deletion whenever the operator is down; the resync loop needs none.)
 
 `register` puts the handlers of one Controller, over the runner's OperatorContext, into a kopf
 registry; importing this module registers nothing.
@@ -27,8 +29,8 @@ from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
 from tensorkiln import apierrors, peering
 from tensorkiln.api import API_VERSION, GROUP, VERSION
-from tensorkiln.builders.labels import COMPILE_JOB, MODEL
-from tensorkiln.cluster import cache
+from tensorkiln.builders.labels import COMPILE_JOB
+from tensorkiln.cluster.informer import start_informers
 from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
 from tensorkiln.controllers.context import OperatorContext
 from tensorkiln.observability import logs
@@ -37,6 +39,8 @@ from tensorkiln.registry import RegistryError
 
 IM = (GROUP, VERSION, "inferencemodels")
 CJ = (GROUP, VERSION, "compilejobs")
+NOT_FILLED_RETRY_SECONDS = 1.0  # a reconcile queued before the cache serves waits this long, again
+COMPONENT = "app.kubernetes.io/component"  # "serving" on Triton Deployments
 STUCK_SECONDS = 120  # a reconcile running longer is reported at every resync pass
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,15 @@ class Controller:
 
     # -- startup and cleanup
 
+    def start_cache(self, memo: kopf.Memo, **_) -> None:
+        context = self.context
+        memo["informers"] = start_informers(context.state.api, self.cache, context.namespaces, self.cached_event)
+
+    @staticmethod
+    def stop_cache(memo: kopf.Memo, **_) -> None:
+        for informer in memo.get("informers", []):
+            informer.stop()
+
     def open_engine_registry(self, **_) -> None:
         """Open (and prepare) the registry now: one that goes away later is unavailable, not empty."""
         try:
@@ -159,7 +172,7 @@ class Controller:
                 if await asyncio.to_thread(self._paused):
                     continue
                 if not self.cache.filled:
-                    continue  # kopf's first listing is under way; its resume handlers queue every object
+                    continue  # the first listings are under way; kopf's resume handlers queue every object
                 await asyncio.to_thread(self.resync_all)
             except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
                 log.exception("resync pass failed; retrying at the next pass")
@@ -186,8 +199,8 @@ class Controller:
         return bool(peers)
 
     def resync_all(self) -> None:
-        """Queue every InferenceModel and CompileJob (as the cache has them once kopf's first
-        listing is in, which resync_forever waits for): the queue runs each, one failing object
+        """Queue every InferenceModel and CompileJob (as the cache has them once the first
+        listings are in, which resync_forever waits for): the queue runs each, one failing object
         never stops the others, and one already queued is not queued twice."""
         models = self.cache.all("InferenceModel")
         own_metrics.retain_models((o["metadata"]["namespace"], o["metadata"]["name"]) for o in models)
@@ -200,12 +213,6 @@ class Controller:
 
     # -- the queue
 
-    def from_kopf(self, body, forced: bool = False) -> None:
-        """What every resource handler does: kopf runs none before every index holds its first
-        listing, so from the first one on the cache serves (and no reconcile reads the API)."""
-        self.cache.mark_filled()
-        self.enqueue(body, forced)
-
     def enqueue(self, body, forced: bool = False, after: float = 0.0) -> None:
         meta = body["metadata"]
         item = (body["kind"], meta["namespace"], meta["name"])
@@ -217,6 +224,9 @@ class Controller:
     def process(self, item: tuple[str, str, str]) -> None:
         """One queued object, as the cache has it now (gone or being deleted: nothing to do)."""
         kind, namespace, name = item
+        if not self.cache.filled:  # reading the API instead would cost a GET per object at a restart
+            self.queue.add(item, NOT_FILLED_RETRY_SECONDS)
+            return
         with self._forced_guard:
             forced = item in self._forced
             self._forced.discard(item)
@@ -299,40 +309,39 @@ class Controller:
             )
             events.post(state.core, dict(body), "Warning" if failed else "Normal", f"Compile{new['phase']}", message)
 
-    # -- resource handlers: queue what the event concerns
+    # -- events: queue what the event concerns
 
     def object_changed(self, body, **_) -> None:
-        self.from_kopf(body, forced=True)
+        self.enqueue(body, forced=True)
 
-    def compile_workload_event(self, body, type, **_) -> None:
-        if type is None:
-            return  # initial listing: resume handlers cover it
-        meta = body["metadata"]
-        self.from_kopf(
-            {"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": meta["labels"][COMPILE_JOB]}}
-        )
-
-    def owned_object_event(self, body, type, **_) -> None:
-        """A CompileJob or Triton Deployment moved: reconcile its InferenceModel now, not at the next resync."""
-        if type is None:
-            return
-        owner = next((o for o in body["metadata"].get("ownerReferences", []) if o["kind"] == "InferenceModel"), None)
-        if owner is None:
-            return
-        self.from_kopf(
-            {"kind": "InferenceModel", "metadata": {"namespace": body["metadata"]["namespace"], "name": owner["name"]}}
-        )
+    def cached_event(self, kind: str, type_: str, obj: dict, before: dict | None) -> None:
+        """From an informer's thread: a compile Job or pod moved, reconcile its CompileJob; a
+        CompileJob or Triton Deployment moved, reconcile its InferenceModel (now, not at the next resync)."""
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        if kind in ("Job", "Pod") and COMPILE_JOB in labels:
+            self.enqueue(
+                {"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": labels[COMPILE_JOB]}}
+            )
+        elif kind == "CompileJob" or (kind == "Deployment" and labels.get(COMPONENT) == "serving"):
+            owner = next((o for o in meta.get("ownerReferences") or [] if o["kind"] == "InferenceModel"), None)
+            if owner is not None:
+                self.enqueue(
+                    {"kind": "InferenceModel", "metadata": {"namespace": meta["namespace"], "name": owner["name"]}}
+                )
 
 
 def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Controller:
-    """Put the watch cache's indexes and one Controller's handlers into `registry`. The handler
-    ids are the names these handlers have always had (kopf keys its progress records by them)."""
+    """Put one Controller's handlers, and the start and stop of its watch cache's informers, into
+    `registry`. The handler ids are the names these handlers have always had (kopf keys its progress
+    records by them)."""
     controller = Controller(context)
-    cache.register(context.cache, registry)
     own_metrics.WORKQUEUE_DEPTH.set_function(lambda: len(controller.queue))
     own_metrics.WORKQUEUE_LONGEST_RUNNING.set_function(lambda: controller.queue.longest_running()[1])
     on = kopf.on
     on.startup(id="configure", registry=registry)(configure)
+    on.startup(id="start_cache", registry=registry)(controller.start_cache)
+    on.cleanup(id="stop_cache", registry=registry)(controller.stop_cache)
     on.startup(id="open_engine_registry", registry=registry)(controller.open_engine_registry)
     on.startup(id="serve_metrics", registry=registry)(controller.serve_metrics)
     on.cleanup(id="stop_metrics", registry=registry)(controller.stop_metrics)
@@ -345,13 +354,4 @@ def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Contr
         on.resume(*resource, id=handler_id, registry=registry)(controller.object_changed)
         on.create(*resource, id=handler_id, registry=registry)(controller.object_changed)
         on.update(*resource, id=handler_id, field="spec", registry=registry)(controller.object_changed)
-    for resource in (("batch", "v1", "jobs"), ("", "v1", "pods")):
-        on.event(*resource, id="compile_workload_event", labels={COMPILE_JOB: kopf.PRESENT}, registry=registry)(
-            controller.compile_workload_event
-        )
-    on.event(*CJ, id="owned_object_event", registry=registry)(controller.owned_object_event)
-    serving = {"app.kubernetes.io/component": "serving", MODEL: kopf.PRESENT}
-    on.event("apps", "v1", "deployments", id="owned_object_event", labels=serving, registry=registry)(
-        controller.owned_object_event
-    )
     return controller

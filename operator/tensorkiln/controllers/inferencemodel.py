@@ -1,34 +1,31 @@
-"""InferenceModel reconciler: hardware targets -> CompileJobs -> Triton rollouts, and the status rollup."""
+"""InferenceModel reconciler: gather (controllers.observed) → plan (controllers.plan, pure) → apply
+(here, the only step that writes), then the status rollup (status.inferencemodel, pure) from the
+snapshot and what was applied: hardware targets -> CompileJobs -> Triton rollouts."""
 
-import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from google.protobuf.json_format import ParseError
 from kubernetes import client
 from pydantic import ValidationError
 
 from tensorkiln import apierrors
-from tensorkiln.api import API_VERSION, InferenceModelSpec, field_errors
+from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.api.names import model_name_problems
-from tensorkiln.builders import serving
-from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
-from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers import events, owned
-from tensorkiln.controllers.plan import GATHERED, plan
+from tensorkiln.controllers.observed import Observed, gather
+from tensorkiln.controllers.plan import Plan, TargetPlan, plan_model, refusal
 from tensorkiln.controllers.scaler import Outcome, Scaler
-from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
-from tensorkiln.hardware.selection import select_targets
+from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.observability import metrics as operator_metrics
-from tensorkiln.registry import Registry, RegistryError
+from tensorkiln.registry import Registry
 from tensorkiln.review import checks as review_checks
-from tensorkiln.review import cluster as review
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import inference_model_status
-from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
+from tensorkiln.status.serving import Rollout, observe, with_problem
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +47,12 @@ def invalid_spec_status(model: dict, reason: str, problems: str, now: datetime) 
     }
 
 
-def _apply_if_changed(state: ClusterState, model: dict, desired: dict, observed: dict | None) -> dict:
-    """One object, planned alone: applied when changed, dropped from or edited by hand; never over
-    an object another owner controls (owned.NameConflict)."""
-    steps = plan([desired], state.confirm({desired["kind"]: observed}, [desired]), model["metadata"]["uid"])
-    return _apply(state, steps.applies[0], steps.reasons[0]) if steps.applies else observed
-
-
-def _apply(state: ClusterState, desired: dict, why: str) -> dict:
+def _apply(state: ClusterState, desired: dict, why: str, observed: dict | None, owner_uid: str) -> dict:
+    """Apply one planned object. One the cache showed absent is looked up first (the cache holds
+    only our labelled objects): another owner's object under its name is never overwritten."""
     meta = desired["metadata"]
+    if observed is None:
+        owned.check_owner(state.confirm({desired["kind"]: None}, [desired])[desired["kind"]], desired, owner_uid)
     log.info("applying %s %s/%s: %s", desired["kind"], meta["namespace"], meta["name"], why)
     try:
         return state.apply(desired)
@@ -66,68 +60,24 @@ def _apply(state: ClusterState, desired: dict, why: str) -> dict:
         raise apierrors.about(error, desired["kind"], meta["namespace"], meta["name"]) from None
 
 
-def _roll_out(
-    state: ClusterState,
-    registry: Registry,
-    model: dict,
-    spec: dict,
-    target: HardwareClass,
-    engine: str,
-    replicas: int,
-    settings: Settings,
-    deployment: dict | None,
-) -> dict:
-    """Config, Deployment, Service, PDB (and HPA in HPA mode) of one target, gathered, planned
-    (controllers.plan) and applied; returns the Deployment as it then is. `deployment`: the target's
-    Deployment as the caller already read it."""
-    namespace, name = model["metadata"]["namespace"], serving.target_name(model["metadata"]["name"], target)
-    observed = {
-        kind: deployment if kind == "Deployment" else state.get(api_version, kind, namespace, name)
-        for api_version, kind in GATHERED
-    }
-    manifest = state.manifest(registry, engine)
-    config_map = serving.build_config_map(model, spec, target, manifest, settings.serving_runtime)
-    # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
-    # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
-    slo_mode = (spec.get("slo") or {}).get("mode")
-    desired = [
-        config_map,
-        serving.build_deployment(model, spec, target, engine, config_map, None if slo_mode else replicas, settings),
-        serving.build_hpa(model, spec, target),
-        serving.build_target_service(model, target),
-        serving.build_pdb(model, target, replicas),
-    ]
-    desired = [d for d in desired if d is not None]
-    steps = plan(desired, state.confirm(observed, desired), model["metadata"]["uid"],
-                 replicas if slo_mode == "Operator" else None)  # fmt: skip
-    deployment = observed["Deployment"]
+def _apply_plan(state: ClusterState, steps: Plan, observed: Mapping[str, dict | None], owner_uid: str) -> dict:
+    """Write one group's plan (applies in order, then deletes, then the scale); returns by kind
+    what holds each name now (`observed`, updated by what was written)."""
+    now = dict(observed)
     for obj, why in zip(steps.applies, steps.reasons):
-        applied = _apply(state, obj, why)
-        if obj["kind"] == "Deployment":
-            deployment = applied
+        now[obj["kind"]] = _apply(state, obj, why, observed.get(obj["kind"]), owner_uid)
     for api_version, kind, gone in steps.deletes:
+        namespace = observed[kind]["metadata"]["namespace"]
         log.info("deleting %s %s/%s: no longer desired", kind, namespace, gone)
         state.delete(api_version, kind, namespace, gone)
+        now[kind] = None
     # After the apply: dropping `replicas` from the applied Deployment resets it to the default.
-    if steps.replicas is not None and deployment["spec"].get("replicas") != steps.replicas:
-        log.info("scaling Deployment %s/%s to %d replicas", namespace, name, steps.replicas)
-        deployment = state.scale_deployment(deployment, steps.replicas)
-    return deployment
-
-
-def refusal(error: Exception) -> str | None:
-    """Why Kubernetes (400/422) or Triton's config schema refuses an object derived from a spec the
-    CRD admitted (an int32 or uint32 field given more, a toleration key that is no qualified name,
-    ...); None for anything else, which says nothing about the spec (retried)."""
-    if isinstance(error, ParseError):
-        return f"Triton's model config refuses spec.serving: {error}"
-    if isinstance(error, client.ApiException) and error.status in (400, 422):
-        try:
-            message = json.loads(error.body).get("message") or error.reason
-        except (TypeError, ValueError, AttributeError):
-            message = error.reason
-        return f"the API server refuses it: {message}"
-    return None
+    deployment = now.get("Deployment")
+    if steps.replicas is not None and deployment is not None and deployment["spec"].get("replicas") != steps.replicas:
+        meta = deployment["metadata"]
+        log.info("scaling Deployment %s/%s to %d replicas", meta["namespace"], meta["name"], steps.replicas)
+        now["Deployment"] = state.scale_deployment(deployment, steps.replicas)
+    return now
 
 
 def _report_scaling(state: ClusterState, model: dict, target: HardwareClass, outcome: Outcome) -> None:
@@ -141,13 +91,8 @@ def _report_scaling(state: ClusterState, model: dict, target: HardwareClass, out
             operator_metrics.record_scale_action(meta["namespace"], meta["name"], target.name, direction)
 
 
-def _previous_slo(model: dict, target: HardwareClass) -> dict:
-    entries = model.get("status", {}).get("targets", [])
-    return next((e.get("slo", {}) for e in entries if e.get("hardwareClass") == target.name), {})
-
-
 def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Registry, scaler: Scaler) -> dict:
-    """Converge one InferenceModel; returns the status it wrote (or found already right)."""
+    """Converge one InferenceModel: gather, plan, apply; returns the status it wrote (or found already right)."""
     now = datetime.now(UTC)
     meta = model["metadata"]
     try:
@@ -158,110 +103,76 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
     if problems := model_name_problems(meta["name"]):  # admitted before the CRD's name rules existed
         return _write_status(state, model, invalid_spec_status(model, "InvalidName", "; ".join(problems), now))
 
-    nodes = state.nodes()
-    targets = [t for t in select_targets(spec["hardware"], discover(nodes), nodes)]
-    existing = {
-        cj["metadata"]["labels"].get(HARDWARE_CLASS): cj for cj in state.compile_jobs(meta["namespace"], meta["name"])
-    }
-    # Admission checks, as the webhook makes them (it may be off or bypassed): while one is an error
-    # no CompileJob is created or changed, so e.g. a file:// outside the allowed roots is never mounted.
-    findings = review.review(state, registry, settings, model, spec, existing)
-    blocked = any(f.is_error for f in findings)
-    compile_jobs, rollouts, engines, slo_outcomes, refused, conflicts = {}, {}, {}, {}, {}, {}
-    scaled = spec.get("slo") is not None and spec["slo"]["mode"] == "Operator"
-    for target in targets:
-        if not target.nodes:
-            continue  # nothing could run it; the status says which pool matched no node
+    observed = gather(state, registry, scaler, settings, model, spec)
+    steps = plan_model(observed, settings)
+    results = {t.target.name: _apply_target(state, observed, t) for t in steps.targets}
+    conflicts = {name: r.conflict for name, r in results.items() if r.conflict}
+    if steps.model_service_conflict:
+        conflicts["model Service"] = steps.model_service_conflict
+    if steps.model_service is not None:
         try:
-            done = _reconcile_target(
-                state, registry, model, spec, target, settings, scaler, blocked, existing.get(target.name), scaled
-            )
-        except owned.NameConflict as conflict:
-            conflicts[target.name] = str(conflict)
-            log.warning("%s/%s on %s: %s", meta["namespace"], meta["name"], target.name, conflict)
-            continue
-        for found, by_class in (
-            (done.compile_job, compile_jobs), (done.rollout, rollouts), (done.engine, engines),
-            (done.slo_outcome, slo_outcomes), (done.refused, refused),
-        ):  # fmt: skip
-            if found is not None:
-                by_class[target.name] = found
-    # CompileJobs and Deployments of classes that disappeared are kept: engines stay valid if the pool returns.
-    if rollouts:
-        try:
-            service = serving.build_model_service(model)
-            _apply_if_changed(state, model, service, state.get("v1", "Service", meta["namespace"], meta["name"]))
+            _apply_plan(state, steps.model_service, {"Service": observed.model_service}, meta["uid"])
         except owned.NameConflict as conflict:
             conflicts["model Service"] = str(conflict)
-    products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
+    found = {name: r for name, r in results.items() if not r.conflict}
     status = inference_model_status(
-        model, targets, compile_jobs, rollouts, engines, products, registry.engine_uri, now, slo_outcomes,
-        spec_valid=review_checks.spec_valid_condition(findings), refused=refused, conflicts=conflicts,
+        model, list(observed.targets),
+        {n: r.compile_job for n, r in found.items() if r.compile_job is not None},
+        {n: r.rollout for n, r in found.items() if r.rollout is not None},
+        {n: r.engine for n, r in found.items() if r.engine is not None},
+        list(observed.products), registry.engine_uri, now,
+        {n: r.slo_outcome for n, r in found.items() if r.slo_outcome is not None},
+        spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
+        refused={n: r.refused for n, r in found.items() if r.refused}, conflicts=conflicts,
     )  # fmt: skip
     return _write_status(state, model, status)
 
 
 @dataclass(frozen=True)
 class TargetResult:
-    """What one target's reconcile found or made; None: nothing of that kind (yet)."""
+    """What one target's apply left; None: nothing of that kind (yet)."""
 
     compile_job: dict | None = None
     rollout: Rollout | None = None
     engine: str | None = None  # the engine its serving objects were applied with
     slo_outcome: Outcome | None = None
     refused: str | None = None  # why Kubernetes or Triton refuse its serving objects
+    conflict: str | None = None  # a derived name another owner holds
 
 
-def _reconcile_target(
-    state: ClusterState,
-    registry: Registry,
-    model: dict,
-    spec: dict,
-    target: HardwareClass,
-    settings: Settings,
-    scaler: Scaler,
-    blocked: bool,
-    existing: dict | None,
-    scaled: bool,
-) -> TargetResult:
-    """One target: its CompileJob, then (with an engine) its serving objects."""
-    meta = model["metadata"]
-    name = compile_job_name(meta["name"], target.name)
-    observed = existing if existing is not None and existing["metadata"]["name"] == name else None
-    if blocked:
-        if observed is None:
-            return TargetResult()
-        compile_job = observed
-    else:
-        if observed is None:  # not this model's: is the name free?
-            observed = state.get(API_VERSION, "CompileJob", meta["namespace"], name)
-        compile_job = _apply_if_changed(state, model, build_compile_job(model, spec, target, settings), observed)
-    deployment = state.get("apps/v1", "Deployment", meta["namespace"], serving.target_name(meta["name"], target))
-    rollout = observe(deployment)
-    engine = desired_engine(compile_job, rollout)
-    replicas, outcome, applied, why = desired_replicas(spec, rollout), None, None, None
-    if scaled and rollout is not None and rollout.serving:
-        outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target))
-        replicas = outcome.replicas
-    if engine is not None:
+def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) -> TargetResult:
+    """One target's plan: its CompileJob, then its serving objects."""
+    if steps.conflict:
+        return TargetResult(conflict=steps.conflict)
+    model, target = observed.model, steps.target
+    meta, found = model["metadata"], observed.per_target[target.name]
+    try:
+        written = _apply_plan(state, steps.compile_job, {"CompileJob": found.compile_job}, meta["uid"])
+    except owned.NameConflict as conflict:
+        return TargetResult(conflict=str(conflict))
+    compile_job = written["CompileJob"]
+    if owned.holder(compile_job, meta["uid"]) is not None:
+        compile_job = None  # another owner's, left alone while an admission check fails
+    rollout, applied, refused = found.rollout, None, steps.refused
+    if steps.serving is not None:
         try:
-            rollout = observe(_roll_out(state, registry, model, spec, target, engine, replicas, settings, deployment))
-        except RegistryError as error:
-            log.warning("engine %s of %s/%s unavailable: %s", engine[:12], meta["namespace"], meta["name"], error)
-        except (ParseError, client.ApiException) as error:
-            why = refusal(error)
-            if why is None:
+            written = _apply_plan(state, steps.serving, found.serving, meta["uid"])
+        except owned.NameConflict as conflict:
+            return TargetResult(conflict=str(conflict))
+        except client.ApiException as error:
+            refused = refusal(error)
+            if refused is None:
                 raise
             # no retry can help: the status says so until the spec changes
             log.warning("serving objects of %s/%s on %s refused: %s", meta["namespace"], meta["name"],
-                        target.name, why)  # fmt: skip
+                        target.name, refused)  # fmt: skip
         else:
-            applied = engine
-            if outcome is not None:
-                _report_scaling(state, model, target, outcome)
+            rollout, applied = observe(written["Deployment"]), steps.engine
+            if found.slo_outcome is not None:
+                _report_scaling(state, model, target, found.slo_outcome)
     if rollout is not None and not rollout.updated:
-        rollout = with_problem(rollout, state.pods(meta["namespace"], serving.selector(model, target)))
-    return TargetResult(compile_job, rollout, applied, outcome, why)
+        rollout = with_problem(rollout, list(found.pods))
+    return TargetResult(compile_job, rollout, applied, found.slo_outcome, refused)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

@@ -1,23 +1,27 @@
-"""One target's serving objects, gather → plan → apply: the plan step (pure).
+"""The plan step of an InferenceModel's reconcile (pure): from its `Observed` snapshot
+(controllers.observed), what to write.
 
-The reconciler gathers what exists under the target's derived name (`GATHERED`), builds what it
-wants (builders.serving), and `plan` says what to write: the desired objects whose hash or fields
-differ from what exists (controllers.owned), the owned objects no longer wanted, and the replicas
-the scaler asks for. Only the apply step calls the API.
+`plan_model` builds what the model wants (builders.compilejob, builders.serving) per target and
+`plan` compares each group of objects with what holds their names: it applies the desired
+objects whose hash or fields differ from what exists (controllers.owned), deletes the owned
+objects no longer wanted, and carries the replicas the scaler asks for. A name held by another
+owner is a NameConflict, never overwritten. Only the apply step (controllers.inferencemodel)
+calls the API.
 """
 
+import json
 from dataclasses import dataclass
 
-from tensorkiln.controllers import owned
+from google.protobuf.json_format import ParseError
+from kubernetes import client
 
-# (apiVersion, kind) of every object a target's serving may own, all named after the target.
-GATHERED = (
-    ("v1", "ConfigMap"),
-    ("apps/v1", "Deployment"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"),
-)
+from tensorkiln.builders import serving
+from tensorkiln.builders.compilejob import build_compile_job
+from tensorkiln.controllers import owned
+from tensorkiln.controllers.observed import GATHERED, Observed, TargetObserved
+from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.settings import Settings
+from tensorkiln.status.serving import desired_replicas
 
 
 @dataclass(frozen=True)
@@ -46,3 +50,96 @@ def plan(desired: list[dict], observed: dict[str, dict | None], owner_uid: str, 
         if kind not in wanted and owned.ours_to_delete(found := observed.get(kind), owner_uid)
     ]
     return Plan(tuple(applies), tuple(deletes), replicas, tuple(reasons))
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """What to write for one hardware target."""
+
+    target: HardwareClass
+    compile_job: Plan = Plan()  # its CompileJob (nothing while an admission check fails)
+    serving: Plan | None = None  # its serving objects; None: nothing to roll out (yet)
+    engine: str | None = None  # the engine `serving` rolls out
+    refused: str | None = None  # why Triton's config schema refuses the serving objects
+    conflict: str | None = None  # a derived name another owner holds: nothing of the target is written
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    targets: tuple[TargetPlan, ...]
+    model_service: Plan | None = None  # once a target has (or gets) a Deployment
+    model_service_conflict: str | None = None
+
+
+def refusal(error: Exception) -> str | None:
+    """Why Kubernetes (400/422) or Triton's config schema refuses an object derived from a spec the
+    CRD admitted (an int32 or uint32 field given more, a toleration key that is no qualified name,
+    ...); None for anything else, which says nothing about the spec (retried)."""
+    if isinstance(error, ParseError):
+        return f"Triton's model config refuses spec.serving: {error}"
+    if isinstance(error, client.ApiException) and error.status in (400, 422):
+        try:
+            message = json.loads(error.body).get("message") or error.reason
+        except (TypeError, ValueError, AttributeError):
+            message = error.reason
+        return f"the API server refuses it: {message}"
+    return None
+
+
+def _serving_objects(observed: Observed, found: TargetObserved, replicas: int, settings: Settings) -> list[dict]:
+    model, spec, target = observed.model, observed.spec, found.target
+    config_map = serving.build_config_map(model, spec, target, found.manifest, settings.serving_runtime)
+    # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
+    # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
+    fixed = None if spec.get("slo") else replicas
+    desired = [
+        config_map,
+        serving.build_deployment(model, spec, target, found.engine, config_map, fixed, settings),
+        serving.build_hpa(model, spec, target),
+        serving.build_target_service(model, target),
+        serving.build_pdb(model, target, replicas),
+    ]
+    return [d for d in desired if d is not None]
+
+
+def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) -> TargetPlan:
+    model, spec, target = observed.model, observed.spec, found.target
+    uid = model["metadata"]["uid"]
+    compile_job = Plan()
+    try:
+        if not observed.blocked:  # else an existing CompileJob is left as it is
+            desired = build_compile_job(model, spec, target, settings)
+            compile_job = plan([desired], {"CompileJob": found.compile_job}, uid)
+        engine = found.engine
+        if engine is None or found.manifest is None:  # nothing compiled yet, or the registry is away
+            return TargetPlan(target, compile_job)
+        replicas = found.slo_outcome.replicas if found.slo_outcome else desired_replicas(spec, found.rollout)
+        try:
+            desired = _serving_objects(observed, found, replicas, settings)
+        except ParseError as error:  # no retry can help: the status says so until the spec changes
+            return TargetPlan(target, compile_job, refused=refusal(error))
+        scale = replicas if observed.scaled_by_operator else None
+        return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine)
+    except owned.NameConflict as conflict:
+        return TargetPlan(target, conflict=str(conflict))
+
+
+def plan_model(observed: Observed, settings: Settings) -> ModelPlan:
+    """Everything to write for one InferenceModel, decided from its snapshot alone. Targets are
+    planned in the order the hardware selection gives; the model's Service follows once any
+    target serves or is about to."""
+    targets = tuple(_plan_target(observed, found, settings) for found in observed.per_target.values())
+    deployed = any(
+        t.serving is not None or observed.per_target[t.target.name].rollout is not None
+        for t in targets
+        if t.conflict is None
+    )
+    if not deployed:
+        return ModelPlan(targets)
+    service = serving.build_model_service(observed.model)
+    try:
+        return ModelPlan(
+            targets, plan([service], {"Service": observed.model_service}, observed.model["metadata"]["uid"])
+        )
+    except owned.NameConflict as conflict:
+        return ModelPlan(targets, model_service_conflict=str(conflict))

@@ -63,7 +63,8 @@ REGISTRY_LOOKUPS = Counter(
 )
 WATCH_RECONNECTS = Counter(
     "tensorkiln_watch_reconnects",
-    "Watch streams kopf re-opened after an expired resourceVersion (410), inactivity or a failed request.",
+    "Watch streams re-opened (kopf's, and the watch cache's informers') after an expired resourceVersion (410), "
+    "inactivity or a failed request.",
     ["reason"],
 )
 TARGET_REPLICAS = Gauge(
