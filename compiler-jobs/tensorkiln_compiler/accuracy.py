@@ -6,7 +6,9 @@ absolute limit decides, on large values the relative one. So each reported figur
 directly with its tolerance: maxAbsError is the largest |d|; maxRelError is the largest
 |d| / |reference| among the elements beyond the absolute limit (0 when none are).
 Cosine similarity is the lowest over outputs; top-1 agreement is measured on outputs shaped
-like class scores ([batch, classes]) and gated only when minTop1Agreement is set.
+like class scores ([batch, classes], or unbatched [classes] per sample) and gated only when
+minTop1Agreement is set. Batched feeds' outputs are joined along their batch axis; unbatched ones
+(one sample each, any rank, scalars included) are stacked on a new sample axis.
 """
 
 from __future__ import annotations
@@ -20,14 +22,21 @@ LARGEST = float(np.finfo(np.float64).max)  # stands for an infinite error: JSON 
 
 
 def compare(
-    reference: Outputs, candidate: Outputs, tolerance: AccuracyTolerance, *, samples: int, synthetic: bool
+    reference: Outputs,
+    candidate: Outputs,
+    tolerance: AccuracyTolerance,
+    *,
+    samples: int,
+    synthetic: bool,
+    batched: bool = True,
 ) -> tuple[Accuracy, str | None]:
     """The figures, and why the candidate is rejected (None when it passes)."""
+    join = np.concatenate if batched else np.stack
     max_abs = max_rel = 0.0
     cosines, top1 = [], []
     for index in range(len(reference[0])):
-        ref = np.concatenate([batch[index] for batch in reference]).astype(np.float64)
-        out = np.concatenate([batch[index] for batch in candidate]).astype(np.float64)
+        ref = join([feed[index] for feed in reference]).astype(np.float64)
+        out = join([feed[index] for feed in candidate]).astype(np.float64)
         if ref.shape != out.shape:
             raise ValueError(f"output {index} has shape {out.shape}, the reference {ref.shape}")
         diff = np.nan_to_num(np.abs(out - ref), nan=np.inf)  # a NaN output is infinitely wrong

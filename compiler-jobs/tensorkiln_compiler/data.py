@@ -1,5 +1,7 @@
 """Data step: calibration and validation samples, one array per model input, sample index first.
 
+Batched, the sample index is the batch axis: samples are fed in batches. Unbatched, it is an axis
+of its own before the input's full shape: each sample is fed alone, as one request carries it.
 The dataset is an .npz, or a directory of NAME.npy files. Without one, inputs are
 synthesised from the resolved shapes (seeded) and the engine says so (syntheticData).
 Validation samples are held out of calibration whenever there are at least two samples.
@@ -30,16 +32,19 @@ class Dataset:
     calibration: Arrays
     validation: Arrays
     synthetic: bool
+    batched: bool
     uri: str | None = None
     sha256: str | None = None
 
     def calibration_samples(self) -> list[Arrays]:
-        """One feed per sample (batch of 1): what calibrators iterate over."""
-        count = len(next(iter(self.calibration.values())))
-        return [{name: a[i : i + 1] for name, a in self.calibration.items()} for i in range(count)]
+        """One feed per sample (a batch of 1, or unbatched the sample itself): what calibrators iterate over."""
+        return _samples(self.calibration, self.batched)
 
     def batches(self, size: int) -> list[Arrays]:
-        """Validation samples in full batches of `size`, repeating samples to fill the last one."""
+        """Validation samples in full batches of `size`, repeating samples to fill the last one;
+        unbatched, one sample per feed (`size` is 1: objective.batchSize must be)."""
+        if not self.batched:
+            return _samples(self.validation, batched=False)
         count = len(next(iter(self.validation.values())))
         order = np.arange(math.ceil(count / size) * size) % count
         return [
@@ -56,26 +61,29 @@ class Dataset:
         }
 
 
-def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: int) -> Dataset:
-    arrays = {t.name: _checked(_read(fetched.path), t, fetched.path.name) for t in inputs}
+def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: int, batched: bool = True) -> Dataset:
+    read = _read(fetched.path)
+    arrays = {t.name: _checked(read, t, fetched.path.name, batched) for t in inputs}
     counts = {name: len(a) for name, a in arrays.items()}
     if len(set(counts.values())) > 1:
         raise InvalidInput("CalibrationDataInvalid", f"{FIELD}: inputs have different sample counts: {counts}")
-    return Dataset(*_split(arrays, max_calibration), synthetic=False, uri=fetched.uri, sha256=fetched.sha256)
+    return Dataset(
+        *_split(arrays, max_calibration), synthetic=False, batched=batched, uri=fetched.uri, sha256=fetched.sha256
+    )
 
 
-def synthesize(inputs: tuple[Tensor, ...]) -> Dataset:
+def synthesize(inputs: tuple[Tensor, ...], batched: bool = True) -> Dataset:
     rng = np.random.default_rng(SEED)
     arrays = {}
     for tensor in inputs:
-        shape = tensor.shape(SYNTHETIC_SAMPLES)
+        shape = tensor.shape(SYNTHETIC_SAMPLES) if batched else (SYNTHETIC_SAMPLES, *tensor.profile[1])
         if tensor.dtype.kind == "f":
             arrays[tensor.name] = rng.standard_normal(shape).astype(tensor.dtype)
         elif tensor.dtype.kind == "b":
             arrays[tensor.name] = rng.integers(0, 2, shape).astype(bool)
         else:  # ids and indices: small values stay valid for most vocabularies and tables
             arrays[tensor.name] = rng.integers(0, 16, shape).astype(tensor.dtype)
-    return Dataset(*_split(arrays, SYNTHETIC_SAMPLES), synthetic=True)
+    return Dataset(*_split(arrays, SYNTHETIC_SAMPLES), synthetic=True, batched=batched)
 
 
 def _read(path: Path) -> dict:
@@ -90,25 +98,29 @@ def _read(path: Path) -> dict:
         ) from e
 
 
-def _checked(arrays: dict, tensor: Tensor, source: str) -> np.ndarray:
+def _checked(arrays: dict, tensor: Tensor, source: str, batched: bool) -> np.ndarray:
     where = f"{FIELD}: {source}"
+    # Batched, the sample index is the input's axis 0 (its batch axis); unbatched, an axis before the input's own.
+    offset = 0 if batched else 1  # array axis = input axis + offset
     if tensor.name not in arrays:
         raise InvalidInput(
             "CalibrationDataInvalid",
             f"{where} has no array for input {tensor.name!r} (has: {', '.join(arrays) or 'none'})",
         )
     array = arrays[tensor.name]
-    if array.ndim != len(tensor.dims):
+    if array.ndim != len(tensor.dims) + offset:
+        layout = "sample index first" if batched else "the sample index, then the input's full shape"
         raise InvalidInput(
             "CalibrationDataInvalid",
             f"{where}: array {tensor.name!r} has shape {array.shape}; input {tensor.name!r} needs rank "
-            f"{len(tensor.dims)}, sample index first",
+            f"{len(tensor.dims) + offset}, {layout}",
         )
     if len(array) == 0:
         raise InvalidInput("CalibrationDataInvalid", f"{where}: array {tensor.name!r} is empty")
     low, _, high = tensor.profile
-    for axis in range(1, array.ndim):
-        if not low[axis] <= array.shape[axis] <= high[axis]:
+    for axis in range(1 - offset, len(tensor.dims)):  # batched, axis 0 is the sample index: any count
+        size = array.shape[axis + offset]
+        if not low[axis] <= size <= high[axis]:
             raise InvalidInput(
                 "CalibrationDataInvalid",
                 f"{where}: array {tensor.name!r} has shape {array.shape}; axis {axis} of input {tensor.name!r} "
@@ -120,6 +132,13 @@ def _checked(arrays: dict, tensor: Tensor, source: str) -> np.ndarray:
             f"{where}: array {tensor.name!r} is {array.dtype}; input {tensor.name!r} is {tensor.dtype}",
         )
     return array.astype(tensor.dtype, copy=False)
+
+
+def _samples(arrays: Arrays, batched: bool) -> list[Arrays]:
+    """One feed per sample: a batch of 1, or unbatched the sample at the input's full shape
+    (`a[i, ...]`: a 0-d array for a scalar input, which a plain `a[i]` would make a numpy scalar)."""
+    count = len(next(iter(arrays.values())))
+    return [{name: a[i : i + 1] if batched else a[i, ...] for name, a in arrays.items()} for i in range(count)]
 
 
 def _split(arrays: Arrays, max_calibration: int) -> tuple[Arrays, Arrays]:

@@ -1,8 +1,12 @@
 """Inspect step: read the ONNX graph and resolve its dynamic dimensions against spec.shapes.
 
-Axis 0 of every input is the batch axis (Triton's max_batch_size convention). Every other
-dynamic axis needs a spec.shapes.dynamicDims entry; any contradiction between the spec and
-the model is bad input whose message names the spec field.
+Batched (spec.batched, the InferenceModel's serving.maxBatchSize > 0), axis 0 of every input and
+output is the batch axis: Triton batches only so ("If the model's batch dimension is the first
+dimension, and all inputs and outputs to the model have this batch dimension", model_configuration.md,
+Maximum Batch Size). A tensor of rank 0, or with its batch on another axis, cannot be batched by
+Triton, so it is refused by name with the alternative: serving.maxBatchSize 0. Unbatched, shapes are
+full and every dynamic axis, axis 0 included, takes its range from spec.shapes.dynamicDims. Any
+contradiction between the spec and the model is bad input whose message names the spec field.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .errors import InvalidInput
 MIN_OPSET = 7  # the oldest opset onnxruntime runs
 MODEL_FIELD = "spec.source.uri"
 _TRITON_TYPES = {"FLOAT": "FP32", "FLOAT16": "FP16", "BFLOAT16": "BF16", "DOUBLE": "FP64", "STRING": "BYTES"}
+UNBATCHED = "set spec.serving.maxBatchSize: 0 to serve full shapes"
 
 Shape = tuple[int, ...]
 
@@ -31,6 +36,7 @@ class Tensor:
     elem_type: int  # onnx.TensorProto data type
     dims: tuple[int | None, ...]  # None where the ONNX leaves the size open
     profile: tuple[Shape, Shape, Shape] | None = None  # inputs only: min, opt, max shapes
+    symbols: tuple[str, ...] | None = None  # each axis's dim_param ("" if none); None: the graph gives no shape
 
     @property
     def dtype(self) -> np.dtype:
@@ -39,6 +45,12 @@ class Tensor:
     def shape(self, batch: int) -> Shape:
         """The opt shape at another batch size: what benchmarks and synthetic data use."""
         return (batch, *self.profile[1][1:])
+
+    def written(self) -> str:
+        """The shape as the graph writes it: [2, batch, 8], '?' for an unnamed open size."""
+        symbols = self.symbols or ("",) * len(self.dims)
+        axes = [name or ("?" if size is None else str(size)) for size, name in zip(self.dims, symbols)]
+        return f"[{', '.join(axes)}]"
 
     def info(self) -> TensorInfo:
         name = TensorProto.DataType.Name(self.elem_type)
@@ -53,9 +65,12 @@ class ModelInfo:
     opset: int
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
+    batched: bool = True  # axis 0 of every input and output is the batch axis
 
 
-def inspect_model(path: Path, shapes: Shapes, batch_size: int, io: ModelIO | None = None) -> ModelInfo:
+def inspect_model(
+    path: Path, shapes: Shapes, batch_size: int, io: ModelIO | None = None, *, batched: bool = True
+) -> ModelInfo:
     model = load(path)
     opset = default_opset(model)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -70,28 +85,55 @@ def inspect_model(path: Path, shapes: Shapes, batch_size: int, io: ModelIO | Non
         raise InvalidInput(reason, f"{MODEL_FIELD}: {path.name}: {_first_line(e)}") from e
     initializers = {t.name for t in model.graph.initializer}
     inputs = [_tensor(v) for v in model.graph.input if v.name not in initializers]
-    _check_dynamic_dims(inputs, shapes)
-    if not shapes.batch.min <= batch_size <= shapes.batch.max:
+    outputs = [_tensor(v) for v in model.graph.output]
+    if batched:
+        check_batch_axes(inputs, outputs)
+    _check_dynamic_dims(inputs, shapes, batched)
+    if batched and not shapes.batch.min <= batch_size <= shapes.batch.max:
         raise InvalidInput(
             "ShapeMismatch",
             f"spec.objective.batchSize: {batch_size} is outside spec.shapes.batch "
             f"[{shapes.batch.min}, {shapes.batch.max}]",
         )
-    outputs = [_tensor(v) for v in model.graph.output]
     if io is not None:
-        check_declared_io(io, inputs, outputs)
+        check_declared_io(io, inputs, outputs, batched)
     return ModelInfo(
         path=path,
         opset=opset,
-        inputs=tuple(_with_profile(t, shapes) for t in inputs),
+        inputs=tuple(_with_profile(t, shapes, batched) for t in inputs),
         outputs=tuple(outputs),
+        batched=batched,
     )
 
 
-def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor]) -> None:
-    """spec.io as the graph has it: the same names, element types and dims (without the batch
-    axis; a declared -1 matches any size, a declared size one the graph leaves open), or
-    IOMismatch naming what the spec declares and what the graph has."""
+def check_batch_axes(inputs: list[Tensor], outputs: list[Tensor]) -> None:
+    """Every tensor has its batch on axis 0, or ShapeMismatch naming the first that does not. Its batch
+    is elsewhere when another axis carries the symbol of some input's axis 0 and its own axis 0 does not."""
+    batch_symbols = {t.symbols[0] for t in inputs if t.symbols and t.symbols[0]}
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        for tensor in tensors:
+            if tensor.symbols is None:  # the graph does not say: nothing to hold against it
+                continue
+            if not tensor.dims:
+                raise InvalidInput(
+                    "ShapeMismatch",
+                    f"spec.serving.maxBatchSize: {kind} {tensor.name!r} is a scalar (rank 0) and has no batch axis; "
+                    f"axis 0 of every input and output must be the batch when serving.maxBatchSize > 0; {UNBATCHED}",
+                )
+            axis = next((a for a, s in enumerate(tensor.symbols[1:], 1) if s in batch_symbols), None)
+            if axis is not None and tensor.symbols[0] != tensor.symbols[axis]:
+                raise InvalidInput(
+                    "ShapeMismatch",
+                    f"spec.serving.maxBatchSize: {kind} {tensor.name!r} has batch on axis {axis} "
+                    f"({tensor.written()}); axis 0 must be the batch when serving.maxBatchSize > 0; {UNBATCHED}",
+                )
+
+
+def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor], batched: bool = True) -> None:
+    """spec.io as the graph has it: the same names, element types and dims (batched, without the batch
+    axis; unbatched, the full shape; a declared -1 matches any size, a declared size one the graph
+    leaves open), or IOMismatch naming what the spec declares and what the graph has."""
+    layout = "dims without the batch axis" if batched else "full shape"
     for field, declared, graph in (("inputs", io.inputs, inputs), ("outputs", io.outputs, outputs)):
         found = {t.name: t.info() for t in graph}
         if sorted(d.name for d in declared) != sorted(found):
@@ -101,7 +143,7 @@ def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor]) 
             )
         for index, tensor in enumerate(declared):
             actual = found[tensor.name]
-            graph_dims = actual.dims[1:]  # axis 0 is the batch axis, which dims leave out
+            graph_dims = actual.dims[1:] if batched else actual.dims  # batched, dims leave the batch axis out
             agree = len(tensor.dims) == len(graph_dims) and all(
                 want in (-1, have) or have == -1 for want, have in zip(tensor.dims, graph_dims)
             )
@@ -109,7 +151,7 @@ def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor]) 
                 raise InvalidInput(
                     "IOMismatch",
                     f"spec.io.{field}[{index}] ({tensor.name!r}) declares {tensor.data_type} {tensor.dims}; the graph "
-                    f"has {actual.data_type} {graph_dims} (dims without the batch axis, -1 where open)",
+                    f"has {actual.data_type} {graph_dims} ({layout}, -1 where open)",
                 )
 
 
@@ -127,8 +169,8 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise InvalidInput("ModelMalformed", f"{MODEL_FIELD}: the model imports no default-domain opset")
 
 
-def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes) -> None:
-    """Entries must name an existing input and a non-batch axis inside its rank."""
+def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes, batched: bool) -> None:
+    """Entries must name an existing input and an axis inside its rank, not the batch axis."""
     by_name = {t.name: t for t in inputs}
     for i, entry in enumerate(shapes.dynamic_dims):
         field = f"spec.shapes.dynamicDims[{i}]"
@@ -137,8 +179,12 @@ def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes) -> None:
             raise InvalidInput(
                 "ShapeMismatch", f"{field}.input: the model has no input {entry.input!r} (inputs: {', '.join(by_name)})"
             )
-        if entry.axis == 0:
-            raise InvalidInput("ShapeMismatch", f"{field}.axis: axis 0 is the batch axis; set spec.shapes.batch")
+        if batched and entry.axis == 0:
+            raise InvalidInput(
+                "ShapeMismatch",
+                f"{field}.axis: axis 0 is the batch axis; set spec.shapes.batch, or, if input {entry.input!r} has "
+                f"no batch axis, {UNBATCHED}",
+            )
         if entry.axis >= len(tensor.dims):
             raise InvalidInput(
                 "ShapeMismatch",
@@ -153,37 +199,43 @@ def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes) -> None:
             )
 
 
-def _with_profile(tensor: Tensor, shapes: Shapes) -> Tensor:
-    batch = shapes.batch
-    if not tensor.dims:
-        raise InvalidInput("ShapeMismatch", f"{MODEL_FIELD}: input {tensor.name!r} is a scalar and has no batch axis")
-    static_batch = tensor.dims[0]
-    if static_batch is not None and (batch.min, batch.max) != (static_batch, static_batch):
-        raise InvalidInput(
-            "ShapeMismatch",
-            f"spec.shapes.batch: {batch.min}..{batch.max}, but input {tensor.name!r} has a static batch "
-            f"dimension of {static_batch}; set min=opt=max={static_batch} or export a dynamic batch axis",
-        )
+def _with_profile(tensor: Tensor, shapes: Shapes, batched: bool) -> Tensor:
+    """The tensor with its min/opt/max shapes: batched, axis 0 from spec.shapes.batch; every other
+    axis (unbatched, every axis) static or from its spec.shapes.dynamicDims entry."""
+    if tensor.symbols is None:
+        raise InvalidInput("ShapeMismatch", f"{MODEL_FIELD}: input {tensor.name!r} has no shape in the graph")
+    low, opt, high = [], [], []
+    if batched:
+        batch = shapes.batch
+        static_batch = tensor.dims[0]
+        if static_batch is not None and (batch.min, batch.max) != (static_batch, static_batch):
+            raise InvalidInput(
+                "ShapeMismatch",
+                f"spec.shapes.batch: {batch.min}..{batch.max}, but input {tensor.name!r} has a static batch "
+                f"dimension of {static_batch} ({tensor.written()}); set min=opt=max={static_batch} or export a "
+                f"dynamic batch axis; if axis 0 is no batch, {UNBATCHED}",
+            )
+        low, opt, high = [batch.min], [batch.opt], [batch.max]
     entries = {e.axis: e for e in shapes.dynamic_dims if e.input == tensor.name}
-    low, opt, high = [batch.min], [batch.opt], [batch.max]
-    for axis, size in enumerate(tensor.dims[1:], start=1):
-        entry = entries.get(axis)
+    for axis in range(len(low), len(tensor.dims)):
+        size, entry = tensor.dims[axis], entries.get(axis)
         if size is None and entry is None:
             raise InvalidInput(
                 "ShapeMismatch",
-                f"spec.shapes.dynamicDims: axis {axis} of input {tensor.name!r} is dynamic;"
+                f"spec.shapes.dynamicDims: axis {axis} of input {tensor.name!r} is dynamic in {tensor.written()};"
                 " add an entry with its min/opt/max",
             )
         low.append(size or entry.min)
         opt.append(size or entry.opt)
         high.append(size or entry.max)
-    return Tensor(tensor.name, tensor.elem_type, tensor.dims, (tuple(low), tuple(opt), tuple(high)))
+    return Tensor(tensor.name, tensor.elem_type, tensor.dims, (tuple(low), tuple(opt), tuple(high)), tensor.symbols)
 
 
 def _tensor(value: onnx.ValueInfoProto) -> Tensor:
     tensor_type = value.type.tensor_type
     dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor_type.shape.dim)
-    return Tensor(value.name, tensor_type.elem_type, dims)
+    symbols = tuple(d.dim_param for d in tensor_type.shape.dim) if tensor_type.HasField("shape") else None
+    return Tensor(value.name, tensor_type.elem_type, dims, symbols=symbols)
 
 
 def _first_line(error: Exception) -> str:

@@ -59,7 +59,9 @@ def run(
         hardware_class=spec.hardware.class_name,
         compiler_version=__version__,
     )
-    model = inspect_model(source.path, spec.shapes, spec.objective.batch_size, spec.io)  # bad input: exit 2
+    model = inspect_model(  # bad input: exit 2
+        source.path, spec.shapes, spec.objective.batch_size, spec.io, batched=spec.batched
+    )
     registry = Registry(opener, spec.registry.uri)
     if digest := registry.lookup(key):  # a retry after a publish that was not reported
         log.info("engine %s already in the registry for this key", digest)
@@ -111,18 +113,19 @@ def run(
 def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
     if spec.calibration is None:
         log.info("no calibration dataset: synthesising inputs; accuracy is checked on synthetic data only")
-        return synthesize(model.inputs)
+        return synthesize(model.inputs, model.batched)
     fetched = fetch(
         spec.calibration.dataset_uri, work_dir / "data", field="spec.calibration.datasetUri", what="CalibrationData"
     )
-    return load_dataset(fetched, model.inputs, spec.calibration.samples)
+    return load_dataset(fetched, model.inputs, spec.calibration.samples, model.batched)
 
 
 def _profiles(spec: CompileJobSpec, model: ModelInfo) -> dict:
-    return {
-        **spec.shapes.model_dump(by_alias=True, mode="json"),
-        "inputs": {t.name: dict(zip(("min", "opt", "max"), map(list, t.profile))) for t in model.inputs},
-    }
+    """spec.shapes and each input's shapes; unbatched, `batched: false` instead of the batch range it ignored."""
+    shapes = spec.shapes.model_dump(by_alias=True, mode="json")
+    if not model.batched:
+        shapes = {"batched": False, "dynamicDims": shapes["dynamicDims"]}
+    return {**shapes, "inputs": {t.name: dict(zip(("min", "opt", "max"), map(list, t.profile))) for t in model.inputs}}
 
 
 def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidate], dict[str, Build]]:
@@ -158,7 +161,8 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
 def _benchmark(
     ctx: BuildContext, runners: dict[str, Runner], plan: BenchmarkPlan
 ) -> tuple[dict[str, list[Benchmark]], dict[str, str]]:
-    """At objective.batchSize, then at batch 1: candidate id -> benchmarks, and id -> why it failed."""
+    """At objective.batchSize, then at batch 1 (unbatched, objective.batchSize is 1: one request of full
+    shapes): candidate id -> benchmarks, and id -> why it failed."""
     size = ctx.spec.objective.batch_size
     results: dict[str, list[Benchmark]] = {}
     failures: dict[str, str] = {}
@@ -206,6 +210,7 @@ class _Validator:
             accuracy, rejection = compare(
                 self.reference, outputs, self.ctx.spec.accuracy,
                 samples=self.ctx.dataset.manifest()["validationSamples"], synthetic=self.ctx.dataset.synthetic,
+                batched=self.ctx.dataset.batched,
             )  # fmt: skip
         except Exception as e:
             log.exception("running %s failed", record.id)

@@ -38,6 +38,56 @@ def conv_classifier(path: Path, *, opset: int = 13, batch: str | int = "N", seed
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
+def stateful_model(path: Path, *, seed: int = 0) -> Path:
+    """A streaming model whose batch is not on axis 0 everywhere, and a scalar input:
+    chunk[batch,16], state[2,batch,8], sr (rank 0, int64) -> out[batch,8], stateN[2,batch,8].
+
+    new0 = tanh((chunk @ w_in + state[0] @ w_rec) * sr / 8); new1 = tanh(new0 @ w_mix + state[1]);
+    out = new1 @ w_out; stateN = [new0, new1]."""
+    rng = np.random.default_rng(seed)
+    weights = {"w_in": (16, 8), "w_rec": (8, 8), "w_mix": (8, 8), "w_out": (8, 8)}
+    init = [numpy_helper.from_array((rng.standard_normal(s) / 4).astype(np.float32), n) for n, s in weights.items()]
+    init += [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+        numpy_helper.from_array(np.array(8.0, np.float32), "sr_unit"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["state", "zero"], ["state0"], axis=0),
+        helper.make_node("Gather", ["state", "one"], ["state1"], axis=0),
+        helper.make_node("Cast", ["sr"], ["sr_f"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["sr_f", "sr_unit"], ["scale"]),
+        helper.make_node("MatMul", ["chunk", "w_in"], ["h"]),
+        helper.make_node("MatMul", ["state0", "w_rec"], ["r"]),
+        helper.make_node("Add", ["h", "r"], ["a"]),
+        helper.make_node("Mul", ["a", "scale"], ["a_scaled"]),
+        helper.make_node("Tanh", ["a_scaled"], ["new0"]),
+        helper.make_node("MatMul", ["new0", "w_mix"], ["m"]),
+        helper.make_node("Add", ["m", "state1"], ["b"]),
+        helper.make_node("Tanh", ["b"], ["new1"]),
+        helper.make_node("MatMul", ["new1", "w_out"], ["out"]),
+        helper.make_node("Unsqueeze", ["new0", "axis0"], ["new0_u"]),
+        helper.make_node("Unsqueeze", ["new1", "axis0"], ["new1_u"]),
+        helper.make_node("Concat", ["new0_u", "new1_u"], ["stateN"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "stateful",
+        [
+            helper.make_tensor_value_info("chunk", TensorProto.FLOAT, ["batch", 16]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 8]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8]),
+            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "batch", 8]),
+        ],
+        init,
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
 def single_op_model(path: Path, op_type: str, *, domain: str = "", opset: int = 13) -> Path:
     """x[N,4] -> OP -> y[N,4]: for unsupported operators and opsets."""
     graph = helper.make_graph(

@@ -126,6 +126,10 @@ def test_python_names_are_accepted_too():
             {"compile.objective.batchSize": 2, "shapes.batch.min": 4},
             "spec.compile.objective.batchSize: compile.objective.batchSize must be within",
         ),
+        (
+            {"compile.objective.batchSize": 2, "serving.maxBatchSize": 0},
+            "spec.compile.objective.batchSize: compile.objective.batchSize must be 1 when serving.maxBatchSize is 0",
+        ),
         ({"compile.calibration": {"datasetUri": "ftp://x"}}, "spec.compile.calibration.datasetUri"),
         (
             {"serving.maxBatchSize": 8, "serving.dynamicBatching.preferredBatchSizes": [16]},
@@ -195,7 +199,8 @@ def test_validation_names_the_field(overrides, expected):
         ({"shapes.batch.opt": 48}, {"shapes.batch": (1, 48, 48), "serving.maxBatchSize": 48}),
         ({"serving.maxBatchSize": 4}, {"shapes.batch": (1, 8, 32), "preferred": [4]}),
         ({"serving.maxBatchSize": 12}, {"shapes.batch": (1, 8, 32), "preferred": [8, 12]}),
-        ({"serving.maxBatchSize": 0}, {"shapes.batch": (1, 8, 32), "preferred": []}),
+        ({"serving.maxBatchSize": 0}, {"shapes.batch": (1, 8, 32), "preferred": [], "objective": 1}),
+        ({"serving.maxBatchSize": 0, "shapes.batch.min": 4}, {"objective": 1}),  # a request is one inference
         ({"serving.maxBatchSize": 64}, {"shapes.batch": (1, 8, 64), "preferred": [8, 16]}),
         (
             {"serving.dynamicBatching.preferredBatchSizes": [100]},
@@ -302,6 +307,18 @@ def test_compile_job_spec_round_trip():
     wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert wire["hardware"]["nodeAffinity"] == COMPILE_JOB_SPEC["hardware"]["nodeAffinity"]
     assert CompileJobSpec.model_validate(wire) == spec
+
+
+def test_compile_job_spec_unbatched_benchmarks_one_inference_per_request():
+    spec = CompileJobSpec.model_validate({**COMPILE_JOB_SPEC, "batched": False, "shapes": {"batch": {"min": 4}}})
+    assert spec.objective.batch_size == 1
+    assert CompileJobSpec.model_validate(COMPILE_JOB_SPEC).batched  # absent: batched, as every CompileJob was
+    with pytest.raises(ValidationError) as caught:
+        CompileJobSpec.model_validate({**COMPILE_JOB_SPEC, "batched": False, "objective": {"batchSize": 2}})
+    assert field_errors(caught.value) == [
+        "spec.objective.batchSize: objective.batchSize must be 1 when batched is false "
+        "(a request is then one inference of full shapes)"
+    ]
 
 
 def test_compile_job_spec_rejects_bad_registry():

@@ -66,6 +66,19 @@ def test_changed_compile_options_change_the_job_name_only_then():
     assert job_name(changed) != job_name(base)
 
 
+def test_batching_mode_is_part_of_the_compile_job_and_its_cache_key():
+    base = compile_job_for("nvidia-l4")
+    model = sample_model()
+    model["spec"].setdefault("serving", {})["maxBatchSize"] = 0
+    unbatched = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    assert "batched" not in base["spec"]  # batched is the default: every batched CompileJob stays as it was
+    assert unbatched["spec"]["batched"] is False and unbatched["spec"]["objective"]["batchSize"] == 1
+    assert unbatched["spec"]["optionsHash"] != base["spec"]["optionsHash"]
+    model["spec"]["serving"]["maxBatchSize"] = 16  # another batch limit: the same engine
+    rebatched = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    assert rebatched["spec"]["optionsHash"] == base["spec"]["optionsHash"]
+
+
 def test_gpu_job_requests_a_gpu_tolerates_the_taint_and_is_restricted():
     job = build_job(compile_job_for("nvidia-l4"))
     pod = job["spec"]["template"]["spec"]

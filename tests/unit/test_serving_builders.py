@@ -87,6 +87,68 @@ def test_batching_off_renders_no_dynamic_batcher(tmp_path):
     assert list(config.input[0].dims) == [-1, 3, 48, 192]  # the batch dimension is the model's own
 
 
+# The stateful model of tests/unit/compiler_support.stateful_model, compiled unbatched (serving.maxBatchSize 0).
+STATEFUL_PROFILES = {
+    "batched": False,
+    "dynamicDims": [
+        {"input": "chunk", "axis": 0, "min": 1, "opt": 2, "max": 4},
+        {"input": "state", "axis": 1, "min": 1, "opt": 2, "max": 4},
+    ],
+    "inputs": {
+        "chunk": {"min": [1, 16], "opt": [2, 16], "max": [4, 16]},
+        "state": {"min": [2, 1, 8], "opt": [2, 2, 8], "max": [2, 4, 8]},
+        "sr": {"min": [], "opt": [], "max": []},
+    },
+}
+
+
+def unbatched_manifest(tmp_path, compiler: str = "OnnxRuntime"):
+    return manifest(tmp_path, compiler, "CPU").model_copy(
+        update={
+            "inputs": [
+                TensorInfo(name="chunk", data_type="FP32", dims=[-1, 16]),
+                TensorInfo(name="state", data_type="FP32", dims=[2, -1, 8]),
+                TensorInfo(name="sr", data_type="INT64", dims=[]),
+            ],
+            "outputs": [
+                TensorInfo(name="out", data_type="FP32", dims=[-1, 8]),
+                TensorInfo(name="stateN", data_type="FP32", dims=[2, -1, 8]),
+            ],
+            "profiles": STATEFUL_PROFILES,
+            "selection": Selection(objective={"batchSize": 1}, winner=f"{compiler.lower()}-int8", reason="fastest"),
+        }
+    )
+
+
+def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_reshaped(tmp_path, golden):
+    text = render(config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), NATIVE))
+    golden("triton-config-onnxruntime-cpu-unbatched.pbtxt", text)
+    config = parse(text)
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert {t.name: list(t.dims) for t in config.input} == {"chunk": [-1, 16], "state": [2, -1, 8], "sr": [1]}
+    sr = config.input[2]
+    assert sr.HasField("reshape") and list(sr.reshape.shape) == []  # Triton refuses empty dims: [1] reshaped to []
+    assert not config.input[0].HasField("reshape")
+    assert {t.name: list(t.dims) for t in config.output} == {"out": [-1, 8], "stateN": [2, -1, 8]}
+
+
+def test_an_unbatched_engine_is_served_unbatched_whatever_max_batch_size_says(tmp_path):
+    # While a batched replacement compiles (keepPreviousEngine), the unbatched engine is still served.
+    serving_spec = serving_spec_with(maxBatchSize=8)
+    config = parse(render(config_dict("stateful", unbatched_manifest(tmp_path), serving_spec, PYTHON_BACKEND)))
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert list(config.input[1].dims) == [2, -1, 8]
+
+
+def test_a_batched_rank_1_tensor_is_reshaped_too(tmp_path):
+    vector = manifest(tmp_path, "OnnxRuntime", "CPU").model_copy(
+        update={"outputs": [TensorInfo(name="score", data_type="FP32", dims=[-1])]}
+    )
+    config = parse(render(config_dict("m", vector, serving_spec_with(maxBatchSize=8), NATIVE)))
+    assert config.max_batch_size == 8  # [batch] is [batch, 1] to clients, [batch] to the model
+    assert list(config.output[0].dims) == [1] and list(config.output[0].reshape.shape) == []
+
+
 @pytest.mark.parametrize(("max_batch_size", "preferred"), [(1, [1]), (4, [4]), (12, [8, 12]), (64, [8, 16])])
 def test_preferred_batch_sizes_left_unset_fit_max_batch_size(tmp_path, max_batch_size, preferred):
     serving_spec = serving_spec_with(maxBatchSize=max_batch_size)

@@ -17,7 +17,7 @@ from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
 from tensorkiln.serving import enginefetch
 from tritonclient.grpc import model_config_pb2
 
-from .compiler_support import conv_classifier
+from .compiler_support import conv_classifier, stateful_model
 
 OPENVINO_FILES = {"model.xml": b"<net/>" * 100, "model.bin": bytes(range(256)) * 16}
 OPENVINO_SETTINGS = {
@@ -46,8 +46,9 @@ parameters { key: "intra_op_threads" value: { string_value: "1" } }
 """
 
 
-def publish(tmp_path, compiler: str, files: dict[str, bytes], settings: dict) -> str:
-    """A CPU engine of the tiny classifier (x[N,3,8,8] -> scores[N,5]) in a filesystem registry."""
+def publish(tmp_path, compiler: str, files: dict[str, bytes], settings: dict, **fields) -> str:
+    """A CPU engine of the tiny classifier (x[N,3,8,8] -> scores[N,5]) in a filesystem registry;
+    `fields` replace the manifest's own (another model's tensors and profiles)."""
     engine = make_engine(tmp_path / "built", files, hardware_class="cpu-test")
     winner = Candidate(id=f"{compiler.lower()}-fp32", compiler=compiler, precision="FP32", status="Selected",
                        settings=settings)  # fmt: skip
@@ -63,6 +64,7 @@ def publish(tmp_path, compiler: str, files: dict[str, bytes], settings: dict) ->
             "profiles": PROFILES,
             "candidates": [baseline, winner],
             "selection": Selection(objective={"metric": "LatencyP95"}, winner=winner.id, reason="fastest"),
+            **fields,
         }
     )
     return open_registry(f"file://{tmp_path}/registry").publish(manifest, engine.files_dir)
@@ -254,6 +256,53 @@ def test_runner_answers_every_request_of_a_failed_batch_with_the_error(tmp_path,
     responses = model.execute([{"x": Tensor("x", wrong)}, {"x": Tensor("x", wrong)}])
 
     assert len(responses) == 2 and all("INVALID_ARGUMENT" in response.error for response in responses)
+
+
+def publish_unbatched(tmp_path) -> tuple[str, object]:
+    """The stateful model (chunk[batch,16], state[2,batch,8], scalar sr) as an unbatched onnxruntime engine."""
+    onnx_path = stateful_model(tmp_path / "stateful.onnx")
+    digest = publish(
+        tmp_path, "OnnxRuntime", {"model.onnx": onnx_path.read_bytes()}, ORT_SETTINGS,
+        inputs=[TensorInfo(name="chunk", data_type="FP32", dims=[-1, 16]),
+                TensorInfo(name="state", data_type="FP32", dims=[2, -1, 8]),
+                TensorInfo(name="sr", data_type="INT64", dims=[])],
+        outputs=[TensorInfo(name="out", data_type="FP32", dims=[-1, 8]),
+                 TensorInfo(name="stateN", data_type="FP32", dims=[2, -1, 8])],
+        profiles={"batched": False, "dynamicDims": [], "inputs": {}},
+    )  # fmt: skip
+    return digest, onnx_path
+
+
+def test_runner_runs_each_request_alone_at_full_shapes_when_unbatched(tmp_path, fetch, runner):
+    digest, onnx_path = publish_unbatched(tmp_path)
+    assert fetch(digest, "--python-backend")[0] == 0
+    engine_json = json.loads((tmp_path / "models" / "tiny" / "1" / "engine.json").read_text())
+    assert engine_json["maxBatchSize"] is None  # no batch axis, so no batch limit
+    model = load(runner, tmp_path, max_batch_size=0)
+    runs = []
+    engine_run = model.run
+    model.run = lambda feeds: runs.append(feeds["chunk"].shape) or engine_run(feeds)
+    rng = np.random.default_rng(0)
+    requests = [
+        {
+            "chunk": rng.standard_normal((n, 16)).astype(np.float32),
+            "state": rng.standard_normal((2, n, 8)).astype(np.float32),
+            "sr": np.array(sr, np.int64),  # a scalar, as Triton hands it over after the [1] -> [] reshape
+        }
+        for n, sr in ((1, 8), (3, 16))
+    ]
+
+    responses = model.execute([{name: Tensor(name, array) for name, array in feeds.items()} for feeds in requests])
+
+    assert runs == [(1, 16), (3, 16)]  # one run per request: nothing to concatenate along
+    reference = ort.InferenceSession(str(onnx_path))
+    for feeds, response in zip(requests, responses):
+        assert response.error is None
+        out, state = reference.run(None, feeds)
+        np.testing.assert_allclose(response.outputs["out"], out, atol=1e-5)
+        np.testing.assert_allclose(response.outputs["stateN"], state, atol=1e-5)
+    with pytest.raises(ValueError, match=r"takes full shapes \(compiled unbatched\): max_batch_size must be 0"):
+        load(runner, tmp_path, max_batch_size=4)
 
 
 @pytest.mark.parametrize(

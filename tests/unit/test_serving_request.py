@@ -16,6 +16,13 @@ def test_a_sample_without_its_batch_axis_gets_one_where_the_model_batches():
         checked(IMAGE, np.zeros((3, 48, 192), np.float32), batching=False)
 
 
+def test_unbatched_full_shapes_pass_as_they_are_and_a_scalar_is_sent_as_triton_s_1(tmp_path):
+    state, sr = ServedTensor("state", "FP32", (2, -1, 8)), ServedTensor("sr", "INT64", (1,))  # max_batch_size 0
+    np.savez(tmp_path / "step.npz", state=np.zeros((2, 3, 8), np.float32), sr=np.array(16000))
+    inputs = inputs_from(tmp_path / "step.npz", [state, sr], batching=False)
+    assert inputs["state"].shape == (2, 3, 8) and inputs["sr"].tolist() == [16000]
+
+
 def test_a_wrong_shape_or_dtype_names_the_tensor_what_it_expects_and_what_it_got():
     with pytest.raises(RequestError) as shape:
         checked(IMAGE, np.zeros((1, 3, 48, 190), np.float32), batching=True)

@@ -349,7 +349,8 @@ DEFAULT_BATCH_MAX = 32
 
 
 class BatchRange(SpecModel):
-    """Batch sizes the engine's optimization profile covers: min <= opt <= max.
+    """Batch sizes the engine's optimization profile covers: min <= opt <= max. Ignored when
+    serving.maxBatchSize is 0: the model then has no batch axis.
 
     opt and max have no fixed default: unset, they are derived from the batch sizes the spec does set
     (derive_unset_batch_sizes), so that a default never contradicts them.
@@ -407,7 +408,10 @@ class DynamicDim(SpecModel):
     axis: int = Field(
         ge=0,
         le=7,
-        description="Index of the dimension in the input's full ONNX shape (batch axis included), 0-based.",
+        description=(
+            "Index of the dimension in the input's full ONNX shape, 0-based. Axis 0 is the batch axis, whose range "
+            "is shapes.batch, unless serving.maxBatchSize is 0: then axis 0 takes an entry like any other."
+        ),
     )
     min: int = Field(ge=1, description="Smallest size of the dimension the engine accepts.")
     opt: int = Field(ge=1, description="Size of the dimension the engine is tuned for.")
@@ -417,14 +421,18 @@ class DynamicDim(SpecModel):
 class Shapes(SpecModel):
     """Input shapes the compiled engines must accept (their optimization profile)."""
 
-    batch: BatchRange = Field(default_factory=BatchRange, description="Batch sizes the engines accept.")
+    batch: BatchRange = Field(
+        default_factory=BatchRange,
+        description="Batch sizes the engines accept (axis 0 of every input). Ignored when serving.maxBatchSize is 0.",
+    )
     dynamic_dims: list[DynamicDim] = Field(
         default_factory=list,
         max_length=16,
         json_schema_extra=list_map("input", "axis"),
         description=(
-            "Ranges for dynamic non-batch dimensions, one entry per (input, axis). Every "
-            "dynamic dimension other than the batch axis needs an entry."
+            "Ranges for dynamic dimensions other than the batch axis, one entry per (input, axis). Every such "
+            "dynamic dimension needs an entry; when serving.maxBatchSize is 0 there is no batch axis, so every "
+            "dynamic dimension, axis 0 included, needs one."
         ),
     )
 
@@ -614,7 +622,8 @@ class Calibration(SpecModel):
         pattern=MODEL_URI_PATTERN,
         description=(
             "Location of the calibration dataset, with the same schemes as source.uri: "
-            "an .npz file with one array per model input, first axis the sample index."
+            "an .npz file with one array per model input, first axis the sample index: the batch axis, or, "
+            "when serving.maxBatchSize is 0, an axis of its own before the input's full shape."
         ),
     )
     samples: int = Field(256, ge=1, le=100000, description="Number of samples fed to the INT8 calibrator.")
@@ -668,7 +677,8 @@ class Objective(SpecModel):
         None,
         ge=1,
         description=(
-            "Batch size the candidates are benchmarked at; within shapes.batch. Unset: shapes.batch.min (1 by default)."
+            "Batch size the candidates are benchmarked at; within shapes.batch. Unset: shapes.batch.min (1 by "
+            "default). Must be 1 when serving.maxBatchSize is 0: each request is then one inference of full shapes."
         ),
     )
     latency_budget_milliseconds: float | None = Field(
@@ -678,10 +688,15 @@ class Objective(SpecModel):
     )
 
 
-def derive_unset_batch_sizes(shapes: Shapes, objective: Objective, sizes_set_elsewhere: Iterable[int]) -> None:
+def derive_unset_batch_sizes(
+    shapes: Shapes, objective: Objective, sizes_set_elsewhere: Iterable[int], batched: bool = True
+) -> None:
     """Fill shapes.batch.max, shapes.batch.opt and objective.batchSize where the spec leaves them unset,
     as their descriptions say: the profile covers every batch size the spec sets (`sizes_set_elsewhere`:
-    those outside shapes and objective, such as serving.maxBatchSize). Run after the rules."""
+    those outside shapes and objective, such as serving.maxBatchSize). Run after the rules.
+    Unbatched (`batched` False), a request is one inference: objective.batchSize is 1."""
+    if not batched and objective.batch_size is None:
+        objective.batch_size = 1
     batch = shapes.batch
     if batch.max is None:
         set_here = [size for size in (batch.opt, objective.batch_size) if size is not None]
@@ -785,8 +800,9 @@ class TensorSpec(SpecModel):
     dims: list[Annotated[int, Field(ge=-1)]] = Field(
         max_length=8,
         description=(
-            "Shape without the batch axis when serving.maxBatchSize > 0, else the full shape. "
-            "-1 marks a dynamic dimension (give its range in shapes.dynamicDims)."
+            "Shape as the graph has it, less axis 0 (the batch axis) when serving.maxBatchSize > 0; the full shape "
+            "when it is 0 ([] for a scalar). -1 marks a dynamic dimension (give its range in shapes.dynamicDims); "
+            "a size the graph leaves open matches any size given here."
         ),
     )
 

@@ -31,6 +31,7 @@ from .common import (
     Precision,
     PrinterColumn,
     ResourceRequirements,
+    Rule,
     Shapes,
     SpecModel,
     Toleration,
@@ -97,6 +98,15 @@ class HardwareTarget(SpecModel):
 class CompileJobSpec(SpecModel):
     """Desired state of a CompileJob: everything the compiler pod needs to build one engine."""
 
+    cel_rules = (
+        Rule(
+            "objective.batchSize",
+            "self.batched || !has(self.objective.batchSize) || self.objective.batchSize == 1",
+            "must be 1 when batched is false (a request is then one inference of full shapes)",
+            lambda s: s.batched or s.objective.batch_size in (None, 1),
+        ),
+    )
+
     model_name: str = Field(min_length=1, max_length=253, description="Name of the owning InferenceModel.")
     source: ModelSource = Field(description="Where the model is fetched from.")
     model_digest: str | None = Field(
@@ -116,6 +126,15 @@ class CompileJobSpec(SpecModel):
         max_length=4,
         json_schema_extra=LIST_SET,
         description="Precisions to build candidate engines in.",
+    )
+    batched: bool = Field(
+        True,
+        description=(
+            "Whether axis 0 of every input and output is the batch axis (the InferenceModel's "
+            "serving.maxBatchSize > 0); the compile refuses a model where it is not, naming the tensor. False: the "
+            "engine takes full shapes, every dynamic dimension takes its range from shapes.dynamicDims, "
+            "shapes.batch is ignored and objective.batchSize is 1."
+        ),
     )
     shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engine must accept.")
     io: ModelIO | None = Field(
@@ -140,7 +159,7 @@ class CompileJobSpec(SpecModel):
         min_length=1,
         max_length=128,
         description=(
-            "Hash of the compile options (source digest, class, compilers, precisions, shapes, "
+            "Hash of the compile options (source digest, class, compilers, precisions, batching, shapes, "
             "calibration, accuracy, objective); the engine cache key."
         ),
     )
@@ -148,7 +167,7 @@ class CompileJobSpec(SpecModel):
     @model_validator(mode="after")
     def _derive_unset(self) -> CompileJobSpec:
         # The operator writes every batch size; one written by hand may leave some to derive.
-        derive_unset_batch_sizes(self.shapes, self.objective, ())
+        derive_unset_batch_sizes(self.shapes, self.objective, (), batched=self.batched)
         return self
 
 

@@ -282,8 +282,12 @@ class ServingOptions(SpecModel):
         ge=0,
         le=MAX_BATCH_SIZE,
         description=(
-            f"Triton max_batch_size; 0 disables batching. Must be <= shapes.batch.max. Unset: shapes.batch.max "
-            f"(at most {MAX_BATCH_SIZE})."
+            "Triton's max_batch_size: the largest batch Triton forms from requests; must be <= shapes.batch.max. "
+            "Above 0, the model is batched: axis 0 of every input and output is the batch axis (Triton batches "
+            "only so), and the compile refuses a model with an input or output of rank 0 or with its batch on "
+            "another axis, naming it. 0: the model is not batched, each request carries full shapes: every "
+            "dynamic dimension, axis 0 included, takes its range from shapes.dynamicDims, shapes.batch is "
+            f"ignored and compile.objective.batchSize is 1. Unset: shapes.batch.max (at most {MAX_BATCH_SIZE})."
         ),
     )
     dynamic_batching: DynamicBatching = Field(
@@ -442,6 +446,13 @@ class InferenceModelSpec(SpecModel):
         ),
         Rule(
             "compile.objective.batchSize",
+            "!has(self.serving.maxBatchSize) || self.serving.maxBatchSize > 0"
+            " || !has(self.compile.objective.batchSize) || self.compile.objective.batchSize == 1",
+            "must be 1 when serving.maxBatchSize is 0 (a request is then one inference of full shapes)",
+            lambda s: s.serving.max_batch_size != 0 or s.compile.objective.batch_size in (None, 1),
+        ),
+        Rule(
+            "compile.objective.batchSize",
             "!has(self.compile.objective.batchSize) || (self.compile.objective.batchSize >= self.shapes.batch.min"
             " && (!has(self.shapes.batch.max) || self.compile.objective.batchSize <= self.shapes.batch.max))",
             "must be within shapes.batch min..max",
@@ -478,7 +489,7 @@ class InferenceModelSpec(SpecModel):
         sizes_set = [serving.max_batch_size] if serving.max_batch_size is not None else []
         if batching.enabled and batching.preferred_batch_sizes:
             sizes_set += batching.preferred_batch_sizes
-        derive_unset_batch_sizes(self.shapes, self.compile.objective, sizes_set)
+        derive_unset_batch_sizes(self.shapes, self.compile.objective, sizes_set, batched=serving.max_batch_size != 0)
         serving.derive_unset(self.shapes.batch.max)
         return self
 

@@ -31,6 +31,8 @@ def options_hash(compile_spec: dict) -> str:
     hashed = {k: compile_spec.get(k) for k in keys} | {"hardwareClass": hardware["className"], "kind": hardware["kind"]}
     if "io" in compile_spec:  # only when declared, so that every existing key stays what it was
         hashed["io"] = compile_spec["io"]  # a cache hit must not skip the compiler's check of it
+    if not compile_spec.get("batched", True):  # likewise only when unbatched: a batched engine's key stays
+        hashed["batched"] = False
     return digest(hashed, 16)
 
 
@@ -72,6 +74,8 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         job_spec["calibration"] = compile_options["calibration"]
     if "io" in spec:
         job_spec["io"] = spec["io"]
+    if spec["serving"]["maxBatchSize"] == 0:  # only then: every batched CompileJob stays as it was
+        job_spec["batched"] = False
     job_spec["optionsHash"] = options_hash(job_spec)
     return {
         "apiVersion": API_VERSION,

@@ -9,6 +9,11 @@ Two runtimes:
 - python-backend: the local cluster's Triton (the nvidia-pytriton wheel) has only the Python
   backend, so there a Python model (tensorkiln.serving.python_backend) runs the same engine
   file with onnxruntime or OpenVINO.
+
+Batching (model_configuration.md, Maximum Batch Size): max_batch_size > 0 only when both the spec
+and the engine are batched, i.e. axis 0 of every tensor is the batch; dims then leave it out.
+Otherwise max_batch_size is 0 and dims are the full shapes. An engine compiled unbatched stays
+unbatched whatever serving.maxBatchSize says (it is served so while its replacement compiles).
 """
 
 from google.protobuf import json_format, text_format
@@ -30,7 +35,7 @@ NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"
 
 
 def _tensors(manifest: EngineManifest, tensors, batched: bool) -> list[dict]:
-    """Triton tensor configs: dims without the batch dimension when Triton batches."""
+    """Triton tensor configs: dims without the batch dimension when Triton batches, else full shapes."""
     profiles = manifest.profiles.get("inputs", {})
     rendered = []
     for tensor in tensors:
@@ -41,13 +46,16 @@ def _tensors(manifest: EngineManifest, tensors, batched: bool) -> list[dict]:
             dims = [hi if lo == hi else -1 for lo, hi in zip(profile["min"], profile["max"])]
         if batched:
             dims = dims[1:]
-        rendered.append({"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims or [1]})
+        config = {"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims}
+        if not dims:  # Triton refuses empty dims: clients see [1], the model its own shape (model_configuration.md)
+            config |= {"dims": [1], "reshape": {"shape": []}}
+        rendered.append(config)
     return rendered
 
 
-def _dynamic_batching(serving: dict) -> dict | None:
+def _dynamic_batching(serving: dict, batched: bool) -> dict | None:
     batching = serving["dynamicBatching"]
-    if not batching["enabled"] or serving["maxBatchSize"] == 0:
+    if not batching["enabled"] or not batched:
         return None
     policy = batching["queuePolicy"]
     return {
@@ -67,11 +75,11 @@ def _parameters(values: dict[str, str]) -> dict:
 
 def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str, cpu_threads: int = 1) -> dict:
     """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
-    batched = serving["maxBatchSize"] > 0
+    batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
     config = {
         "name": name,
-        "maxBatchSize": serving["maxBatchSize"],
+        "maxBatchSize": serving["maxBatchSize"] if batched else 0,
         "input": _tensors(manifest, manifest.inputs, batched),
         "output": _tensors(manifest, manifest.outputs, batched),
         "instanceGroup": [
@@ -91,7 +99,7 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
         if manifest.compiler == "OpenVINO":
             winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
             config["parameters"] = _parameters(winner.settings.get("config", {}))
-    batching = _dynamic_batching(serving)
+    batching = _dynamic_batching(serving, batched)
     if batching:
         config["dynamicBatching"] = batching
     return config

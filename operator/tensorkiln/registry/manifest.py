@@ -109,13 +109,22 @@ class EngineManifest(_Model):
     precision: str
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
-    profiles: dict = Field(description="batch min/opt/max and dynamic dims the engine was built for")
+    profiles: dict = Field(
+        description="batch min/opt/max and dynamic dims the engine was built for, and each input's min/opt/max "
+        "shape; `batched: false` (no batch range) when built for full shapes"
+    )
     calibration: dict = Field(default_factory=dict, description="dataset uri and sha256, samples, synthetic flag")
     preprocessing_steps: list[str] = Field(default_factory=list, description="opset upgrades, fallbacks, ...")
     candidates: list[Candidate]
     selection: Selection
     artifacts: list[Artifact]
     created_at: datetime
+
+    @property
+    def batched(self) -> bool:
+        """Axis 0 of every tensor is the batch axis. Kept in `profiles`, not a field of its own: a new
+        field would change the digest of every manifest already published."""
+        return self.profiles.get("batched", True)
 
     def digest(self) -> str:
         return hashlib.sha256(canonical_json(self.to_json_dict()).encode()).hexdigest()

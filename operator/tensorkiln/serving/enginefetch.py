@@ -92,7 +92,8 @@ def engine_json(digest: str, manifest: EngineManifest) -> dict:
     fields = manifest.to_json_dict()
     winner = fields["selection"]["winner"]
     selected = next((c for c in fields["candidates"] if c["id"] == winner), {})
-    batch_limits = [shape["max"][0] for shape in fields["profiles"].get("inputs", {}).values()]
+    profiles = fields["profiles"].get("inputs", {}) if manifest.batched else {}  # unbatched: no batch axis to limit
+    batch_limits = [shape["max"][0] for shape in profiles.values()]
     return {
         "digest": digest,
         **{key: fields[key] for key in ("modelName", "compiler", "precision", "inputs", "outputs", "profiles")},

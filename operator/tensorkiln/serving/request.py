@@ -5,7 +5,8 @@ Inputs: a `.npy` file (a model with one input), a `.npz` file (arrays named afte
 an image (PNG, JPEG, BMP; a model with one image-shaped input: 4-D with 1 or 3 channels first or
 last). An image is resized to the input's height and width and scaled to [0, 1], which is how far
 a generic client can go: a model that wants its own normalisation takes a `.npy` instead. Where the
-model batches and an array lacks the batch axis, one is added.
+model batches and an array lacks the batch axis, one is added; where it does not (max_batch_size 0),
+arrays are full shapes, and a scalar is sent as [1], the shape Triton gives a scalar input.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def _fits(shape: tuple[int, ...], spec: ServedTensor) -> bool:
 
 
 def checked(spec: ServedTensor, array: np.ndarray, batching: bool) -> np.ndarray:
-    """`array` as `spec` takes it (a batch axis added where it lacks one), or RequestError."""
+    """`array` as `spec` takes it (a batch axis added where it lacks one, a scalar as [1]), or RequestError."""
     if batching and len(array.shape) == len(spec.shape) - 1:
         array = array[np.newaxis]
+    elif not batching and array.shape == () and spec.shape == (1,):  # Triton's dims [1] reshaped to []
+        array = array.reshape(1)
     if not _fits(array.shape, spec):
         raise RequestError(f"input {spec.name!r}: expected shape {spec.describe()}, got {list(array.shape)}")
     if array.dtype != spec.dtype:

@@ -28,6 +28,7 @@ The engine runs with the settings its compile measured (the selected candidate's
 OpenVINO's `config` and `inferencePrecision`, onnxruntime's graph optimisation level).
 `execute` gets all requests the dynamic batcher gathered: it concatenates them along the batch
 axis, runs the engine once and splits the outputs, so batching pays off as it does natively.
+With max_batch_size 0 there is no batch axis: each request runs alone, at its full shapes.
 """
 
 import json
@@ -52,23 +53,32 @@ class TritonPythonModel:
         engine = json.loads((version_dir / ENGINE_JSON).read_text())
         check_engine(engine, config, parameters.get("engine", ""))
         self.inputs = [tensor["name"] for tensor in engine["inputs"]]
+        self.batching = config.get("max_batch_size", 0) > 0
         engine_file = version_dir / parameters.get("engine_file", ENGINE_FILES[engine["compiler"]])
-        self.run = open_engine(engine, engine_file, int(parameters.get("intra_op_threads", "1")))
+        self.run = open_engine(engine, engine_file, int(parameters.get("intra_op_threads", "1")), self.batching)
 
     def execute(self, requests):
+        if not self.batching:  # full shapes, no batch axis to join requests along: each runs alone
+            return [response for request in requests for response in self._execute([request])]
+        return self._execute(requests)
+
+    def _execute(self, requests):
         try:
             feeds = {
                 name: [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for request in requests]
                 for name in self.inputs
             }
-            sizes = [len(array) for array in feeds[self.inputs[0]]]
-            outputs = self.run({name: np.concatenate(arrays) for name, arrays in feeds.items()})
+            if self.batching:
+                ends = np.cumsum([len(array) for array in feeds[self.inputs[0]]])[:-1]
+                outputs = self.run({name: np.concatenate(arrays) for name, arrays in feeds.items()})
+                parts = {name: np.split(array, ends) for name, array in outputs.items()}
+            else:  # one request, at its full shapes
+                parts = {name: [array] for name, array in self.run({n: a[0] for n, a in feeds.items()}).items()}
         except Exception as error:  # the whole batch failed: every request gets the reason
             message = pb_utils.TritonError(f"{type(error).__name__}: {error}")
             return [pb_utils.InferenceResponse(error=message) for _ in requests]
-        splits = {name: np.split(array, np.cumsum(sizes)[:-1]) for name, array in outputs.items()}
         return [
-            pb_utils.InferenceResponse([pb_utils.Tensor(name, parts[i]) for name, parts in splits.items()])
+            pb_utils.InferenceResponse([pb_utils.Tensor(name, split[i]) for name, split in parts.items()])
             for i in range(len(requests))
         ]
 
@@ -84,15 +94,17 @@ def check_engine(engine: dict, config: dict, expected_digest: str) -> None:
             '(platform: "tensorrt_plan") on the GPU they were built for'
         )
     limit, wanted = engine.get("maxBatchSize"), config.get("max_batch_size", 0)
+    if not engine["profiles"].get("batched", True) and wanted > 0:
+        raise ValueError(f"engine {engine['digest']} takes full shapes (compiled unbatched): max_batch_size must be 0")
     if limit and wanted > limit:
         raise ValueError(f"max_batch_size {wanted} exceeds the engine's profile maximum batch of {limit}")
 
 
-def open_engine(engine: dict, engine_file: Path, threads: int):
-    """A function from {input name: batch} to {output name: batch}."""
+def open_engine(engine: dict, engine_file: Path, threads: int, batching: bool):
+    """A function from {input name: array} to {output name: array}: batches, or unbatched full shapes."""
     settings, outputs = engine["settings"], [tensor["name"] for tensor in engine["outputs"]]
     if engine["compiler"] == "SimulatedServiceTime":
-        return simulated_engine(engine, settings["serviceMilliseconds"] / 1000)
+        return simulated_engine(engine, settings["serviceMilliseconds"] / 1000, batching)
     if engine["compiler"] == "OpenVINO":
         import openvino as ov
 
@@ -121,20 +133,20 @@ def open_engine(engine: dict, engine_file: Path, threads: int):
     return lambda feeds: dict(zip(outputs, session.run(outputs, feeds)))
 
 
-def simulated_engine(engine: dict, service_s: float):
-    """SIMULATION: a batch takes `service_s` whatever its size; the outputs are zeros."""
+def simulated_engine(engine: dict, service_s: float, batching: bool):
+    """SIMULATION: a batch (or unbatched, a request) takes `service_s` whatever its size; the outputs are zeros."""
     outputs = [
         (
             tensor["name"],
-            [max(d, 1) for d in tensor["dims"][1:]],
+            [max(d, 1) for d in tensor["dims"][1 if batching else 0 :]],
             pb_utils.triton_string_to_numpy(f"TYPE_{tensor['dataType']}"),
         )
         for tensor in engine["outputs"]
     ]
 
     def run(feeds):
-        batch = len(next(iter(feeds.values())))
+        batch = [len(next(iter(feeds.values())))] if batching else []
         time.sleep(service_s)
-        return {name: np.zeros([batch, *dims], data_type) for name, dims, data_type in outputs}
+        return {name: np.zeros([*batch, *dims], data_type) for name, dims, data_type in outputs}
 
     return run
