@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.status.inferencemodel import SIMULATED_POOL, inference_model_status
+from tensorkiln.status.inferencemodel import SIMULATED_POOL, inference_model_status, phase_event
 from tensorkiln.status.serving import Rollout
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -157,3 +157,13 @@ def test_a_simulated_target_waiting_for_the_registry_is_not_blamed_on_the_simula
     waiting = cj("m-h100", "Pending")  # no compile pod yet: the registry is asked first
     status = status_of([target("h100")], {"h100": waiting})
     assert status["phase"] == "Compiling"
+
+
+def test_a_change_of_phase_is_an_event_in_the_words_of_ready():
+    ready = {"type": "Ready", "status": "True", "reason": "Serving", "message": "Triton serves on 1 targets"}
+    new = {"phase": "Ready", "conditions": [ready]}
+    assert phase_event({"phase": "Deploying"}, new) == ("Normal", "Ready", "Serving: Triton serves on 1 targets")
+    assert phase_event(None, new) == ("Normal", "Ready", "Serving: Triton serves on 1 targets")
+    assert phase_event({"phase": "Ready"}, new) is None  # no change, no event
+    failed = {"phase": "Failed", "conditions": [ready | {"status": "False", "reason": "CompileFailed", "message": "x"}]}
+    assert phase_event(new, failed) == ("Warning", "Failed", "CompileFailed: x")

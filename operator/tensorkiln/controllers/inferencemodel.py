@@ -24,7 +24,7 @@ from tensorkiln.registry import Registry
 from tensorkiln.review import checks as review_checks
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import inference_model_status, phase_event
 from tensorkiln.status.serving import Rollout, observe, with_problem
 
 log = logging.getLogger(__name__)
@@ -178,4 +178,6 @@ def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) ->
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:
     if model.get("status") != status:
         state.apply_status(model, status)
+        if event := phase_event(model.get("status"), status):
+            events.post(state.core, model, *event)
     return status

@@ -210,3 +210,17 @@ def inference_model_status(
         desired.append(spec_valid)
     status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)
     return status
+
+
+WARNING_PHASES = ("Degraded", "Failed")
+
+
+def phase_event(old: dict | None, new: dict) -> tuple[str, str, str] | None:
+    """The Event (type, reason, message) for a change of phase, in the words of the new Ready
+    condition, so that `kubectl describe` tells the model's story; None when the phase holds."""
+    phase = new.get("phase")
+    if not phase or (old or {}).get("phase") == phase:
+        return None
+    ready = next((c for c in new.get("conditions", []) if c.get("type") == "Ready"), {})
+    message = f"{ready.get('reason', phase)}: {ready.get('message', '')}".rstrip(": ")
+    return ("Warning" if phase in WARNING_PHASES else "Normal", phase, message)
