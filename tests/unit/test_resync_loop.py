@@ -33,7 +33,7 @@ def test_a_pass_queues_every_model_and_compile_job_in_the_cache_but_those_being_
 
 def test_the_loop_keeps_going_after_a_failed_pass():
     passes = []
-    resync = controller(filled(), resync_seconds=0.01)  # kopf's first listing is done
+    resync = controller(filled(), resync_seconds=0.01)  # the informers' first listings are in
 
     def resync_all():
         passes.append(len(passes))

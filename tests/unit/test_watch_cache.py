@@ -1,9 +1,8 @@
 """The watch cache (tensorkiln.cluster.cache) and ClusterState's reads through it.
 
-kopf's indexes are Mappings of key -> Store (an iterable of values); here plain dicts of lists stand
-in for them, filled with exactly what the index handlers return. The cluster-side behaviour (kopf
-filling the indexes, no reads in steady state) is tested on the real API server in
-tests/integration/test_watch_cache.py.
+Here the stores are filled by hand, as the informers' first listings would fill them. The informers
+themselves (listing, then following every change) are tested on the real API server in
+tests/integration/test_watch_cache.py; no reads in steady state in tests/integration/test_rbac_audit.py.
 """
 
 import pytest
