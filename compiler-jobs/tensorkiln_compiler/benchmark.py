@@ -1,9 +1,11 @@
 """Benchmark step: latency percentiles and throughput of one loaded engine on this node.
 
 Candidates are timed in interleaved rounds (short blocks, each after an untimed run), so load from
-other pods on the node biases none of them. Run counts are small on purpose (a compile node may have
-2 cores) and a time cap stops slow candidates from eating the Job's deadline; the counts actually
-run are recorded.
+other pods on the node biases none of them. An engine is timed until its figures settle, in the
+manner of Triton Model Navigator's stability rule: at least `runs` timings, and the medians of its
+last `windows` blocks within ±`tolerance` of their mean. It stops at `max_runs` unsettled, or when
+the time budget is spent (a compile node may have 2 cores: a slow candidate must not eat the Job's
+deadline); the counts actually run, and whether they settled, are recorded.
 """
 
 from __future__ import annotations
@@ -21,10 +23,28 @@ from .data import Arrays
 @dataclass(frozen=True)
 class BenchmarkPlan:
     warmup: int = 3
-    runs: int = 20
+    runs: int = 20  # timings per engine at least (unless the time budget ends it after min_runs)
     time_cap_s: float = 30.0  # per candidate and batch size, once min_runs rounds are done
     min_runs: int = 5
-    block: int = 5  # timed runs of one engine per round
+    block: int = 5  # timed runs of one engine per round: one stability window
+    max_runs: int = 60  # an engine not settled by then is recorded as unstable
+    windows: int = 3  # the last blocks whose medians must agree
+    tolerance: float = 0.10  # ... within this fraction of their mean
+
+
+def settled(times: list[float], plan: BenchmarkPlan) -> bool:
+    """The medians of the last `plan.windows` blocks of `times` lie within ±`plan.tolerance` of
+    their mean (pure)."""
+    if len(times) < plan.windows * plan.block:
+        return False
+    ends = [len(times) - i * plan.block for i in range(plan.windows)]
+    medians = [float(np.median(times[end - plan.block : end])) for end in ends]
+    mean = sum(medians) / len(medians)
+    return all(abs(m - mean) <= plan.tolerance * mean for m in medians)
+
+
+def _finished(times: list[float], plan: BenchmarkPlan) -> bool:
+    return len(times) >= max(plan.max_runs, plan.runs) or (len(times) >= plan.runs and settled(times, plan))
 
 
 def measure_all(
@@ -45,12 +65,13 @@ def measure_all(
         except Exception as e:
             failures[id] = e
     deadline = time.perf_counter() + plan.time_cap_s * max(1, len(times))
-    while times and min(len(t) for t in times.values()) < plan.runs:
+    limit = max(plan.max_runs, plan.runs)
+    while times and not all(_finished(t, plan) for t in times.values()):
         if min(len(t) for t in times.values()) >= plan.min_runs and time.perf_counter() > deadline:
             break
-        for id in list(times):
+        for id in [id for id, t in times.items() if not _finished(t, plan)]:
             try:
-                _block(runners[id], feeds, times[id], min(plan.block, plan.runs - len(times[id])))
+                _block(runners[id], feeds, times[id], min(plan.block, limit - len(times[id])))
             except Exception as e:
                 failures[id] = e
                 del times[id]
@@ -98,5 +119,6 @@ def _summary(times: list[float], batch_size: int, plan: BenchmarkPlan, threads: 
         threads=threads,
         warmup_runs=plan.warmup,
         runs=len(times),
+        stable=settled(times, plan),
         **intervals(times_ms, batch_size),
     )

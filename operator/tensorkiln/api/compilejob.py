@@ -195,6 +195,13 @@ class CandidateSummary(KubeModel):
             "when better beyond the overlap of their intervals."
         ),
     )
+    timings_settled: bool | None = Field(
+        None,
+        description=(
+            "Whether its timings settled before the benchmark's run cap or time budget: the medians of the last "
+            "windows of runs within 10% of each other. False: the figures are noisier than usual (a busy node)."
+        ),
+    )
     max_abs_error: float | None = Field(None, description="Largest absolute output difference from the fp32 reference.")
     cosine_similarity: float | None = Field(None, description="Cosine similarity of outputs to the fp32 reference.")
 

@@ -71,6 +71,9 @@ class Benchmark(_Model):
     p95_interval_ms: Interval | None = None
     p99_interval_ms: Interval | None = None
     throughput_interval_per_s: Interval | None = None
+    # Whether the timings settled (the compiler's stopping rule: the last windows' medians within
+    # a tolerance of each other) before the run cap or the time budget stopped them; None: not judged.
+    stable: bool | None = None
 
 
 class Candidate(_Model):

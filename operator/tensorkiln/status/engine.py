@@ -18,6 +18,8 @@ def _summary(candidate, batch_size: int) -> dict:
         summary |= {"p50Ms": bench.p50_ms, "p95Ms": bench.p95_ms, "throughputPerSecond": bench.throughput_per_s}
         if bench.p95_interval_ms:
             summary["p95IntervalMs"] = list(bench.p95_interval_ms)
+        if bench.stable is not None:
+            summary["timingsSettled"] = bench.stable
     if candidate.accuracy:
         summary |= {
             "maxAbsError": candidate.accuracy.max_abs_error,
