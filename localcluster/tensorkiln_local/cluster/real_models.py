@@ -7,10 +7,12 @@ graph edit. Nothing is loaded from a model hub at run time.
 
 MODELS below, and what each covers (each RealModel's `category` and `quirks` say more):
 - minilm-l3, minilm-l6-int8: transformer text encoders, dynamic sequence length (one with int8 weights)
-- silero-vad: audio, stateful (state [2, batch, 128]), scalar `sr` input, If + LSTM: refused today
-- silero-vad-batchfirst: the same made batch-first with `sr` folded (a graph edit): served
+- silero-vad: audio, stateful (state [2, batch, 128]), scalar `sr` input, If + LSTM: served unbatched
+  (serving.maxBatchSize 0); a batched spec is refused, naming the state's batch axis
+- silero-vad-batchfirst: the same made batch-first with `sr` folded (a graph edit): served batched
 - akiki-vad: audio, stateful GRU, If, static batch 1
 - nudenet-320n: YOLOv8n detector, dynamic H/W; nudenet-320n-nms: with an in-graph NonMaxSuppression head
+  (its selected indices have no batch axis: served unbatched)
 - layout-cdla: PicoDet document-layout detector, all static, 8 outputs
 - digits-mlp-opset9: scikit-learn MLP converted by skl2onnx at opset 9 (ai.onnx.ml ops); the -zipmap
   variant has a sequence(map) output: not a tensor, refused (today only at run time)
@@ -121,6 +123,7 @@ class RealModel:
     accuracy: dict | None = None  # spec.compile.accuracy, where the defaults do not fit the outputs
     derive: Callable[[Path, Path], None] | None = None  # (directory with the other models, cache) -> writes the file
     refusal: tuple[str, str] | None = None  # (reason, message) the compiler answers the minimal spec with
+    batched: bool = True  # False: serving.maxBatchSize 0, full shapes (CompileJob spec.batched false)
     calibration_samples: int = 32  # what `stage` writes (the big image inputs get fewer: 2.4 MB and 5.8 MB each)
     notes: dict = field(default_factory=dict)
 
@@ -137,6 +140,7 @@ class RealModel:
         }
         if self.accuracy:
             compile_options["accuracy"] = self.accuracy
+        serving = {} if self.batched else {"serving": {"maxBatchSize": 0}}
         source = {"uri": f"file://{root}/{self.filename}"} | ({"sha256": sha256} if sha256 else {})
         return {
             "apiVersion": "tensorkiln.dev/v1alpha1",
@@ -147,6 +151,7 @@ class RealModel:
                 "shapes": self.shapes,
                 "hardware": {"mode": "Auto", "includeCPU": True, "exclude": ["*"]},
                 "compile": compile_options,
+                **serving,
             },
         }
 
@@ -166,6 +171,8 @@ class RealModel:
         }
         if self.accuracy:
             spec["accuracy"] = self.accuracy
+        if not self.batched:
+            spec["batched"] = False
         return {**spec, **overrides}
 
 
@@ -306,9 +313,12 @@ def _stream_states(
     return steps
 
 
-def _pick(steps: list[dict], count: int, seed: int) -> dict:
+def _pick(steps: list[dict], count: int, seed: int, batched: bool = True) -> dict:
+    """`count` steps at random. Batched, the sample index is the batch axis (steps are batch-1 feeds,
+    concatenated); unbatched, it is an axis of its own before each input's full shape (stacked)."""
     chosen = np.random.default_rng(seed).choice(len(steps), size=count, replace=count > len(steps))
-    return {name: np.concatenate([steps[i][name] for i in chosen]) for name in steps[0]}
+    join = np.concatenate if batched else np.stack
+    return {name: join([steps[i][name] for i in chosen]) for name in steps[0]}
 
 
 def silero_batchfirst_samples(model: Path, count: int, seed: int = 0) -> dict:
@@ -317,13 +327,11 @@ def silero_batchfirst_samples(model: Path, count: int, seed: int = 0) -> dict:
 
 
 def silero_samples(model: Path, count: int, seed: int = 0) -> dict:
-    """silero_vad_16k_op15 as shipped: state [2, batch, 128] and a scalar sr. Sample index first
-    along each array's axis 0, which for `state` is NOT its batch axis: the compiler's
-    convention, and why this model is refused."""
+    """silero_vad_16k_op15 as shipped, unbatched (serving.maxBatchSize 0): per sample the full shapes
+    input [1, 576], state [2, 1, 128] and the scalar sr (16000), after a sample axis."""
     steps = _stream_states(model, "input", {"state": (2, 1, 128)}, {"state": "stateN"},
                            extra={"sr": np.array(SAMPLE_RATE, np.int64)}, seed=seed)  # fmt: skip
-    picked = _pick([{"input": s["input"], "state": s["state"].transpose(1, 0, 2)} for s in steps], count, seed)
-    return {**picked, "sr": np.full(count, SAMPLE_RATE, np.int64)}
+    return {**_pick(steps, count, seed, batched=False), "sr": np.full(count, SAMPLE_RATE, np.int64)}
 
 
 def akiki_samples(model: Path, count: int, seed: int = 0) -> dict:
@@ -358,7 +366,7 @@ def letterbox(image: np.ndarray, size: int) -> np.ndarray:
     return (out[..., ::-1].astype(np.float32) / 255.0).transpose(2, 0, 1).copy()
 
 
-def detector_samples(cache: Path, size: int) -> Callable[[Path, int, int], dict]:
+def detector_samples(cache: Path, size: int, batched: bool = True) -> Callable[[Path, int, int], dict]:
     def samples(model: Path, count: int, seed: int = 0) -> dict:
         rng = np.random.default_rng(seed)
         sources = photos(cache)
@@ -369,7 +377,8 @@ def detector_samples(cache: Path, size: int) -> Callable[[Path, int, int], dict]
             ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
             y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
             out.append(letterbox(image[y : y + ch, x : x + cw], size))
-        return {"images": np.stack(out)}
+        images = np.stack(out)
+        return {"images": images if batched else images[:, None]}  # unbatched: sample axis, then [1, 3, H, W]
 
     return samples
 
@@ -554,7 +563,7 @@ MINILM_L6_INT8 = RealModel(
 )
 SILERO_VAD = RealModel(
     name="silero-vad",
-    category="audio, stateful (LSTM state in/out), control flow (12 If)",
+    category="audio, stateful (LSTM state in/out), control flow (12 If), served unbatched",
     quirks="state [2, batch, 128]: batch on axis 1; sr is a rank-0 INT64 input (8000 or 16000) that selects an "
     "If branch; input is 512 samples plus 64 of context",
     source=Member(
@@ -562,18 +571,23 @@ SILERO_VAD = RealModel(
         "silero_vad/data/silero_vad_16k_op15.onnx",
         "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
     ),  # fmt: skip
+    # Unbatched (serving.maxBatchSize 0): full shapes, one stream a request, sr a 0-d tensor.
+    batched=False,
     shapes={
-        "batch": {"min": 1, "opt": 1, "max": 8},
-        "dynamicDims": [{"input": "input", "axis": 1, "min": 576, "opt": 576, "max": 576}],
+        "dynamicDims": [
+            {"input": "input", "axis": 0, "min": 1, "opt": 1, "max": 1},
+            {"input": "input", "axis": 1, "min": 576, "opt": 576, "max": 576},
+            {"input": "state", "axis": 1, "min": 1, "opt": 1, "max": 1},
+        ],
     },  # fmt: skip
     samples=silero_samples,
-    # With batch 2..2 and a dynamicDims entry for axis 1 of state, the next refusal is
-    # "spec.source.uri: input 'sr' is a scalar and has no batch axis".
-    refusal=(
-        "ShapeMismatch",
-        "spec.shapes.batch: 1..8, but input 'state' has a static batch dimension of 2; "
-        "set min=opt=max=2 or export a dynamic batch axis",
-    ),
+    notes={
+        "batched refusal": (
+            "ShapeMismatch",
+            "spec.serving.maxBatchSize: input 'state' has batch on axis 1 ([2, batch, 128]); axis 0 must be the batch "
+            "when serving.maxBatchSize > 0; set spec.serving.maxBatchSize: 0 to serve full shapes",
+        ),
+    },
 )
 SILERO_VAD_BATCHFIRST = RealModel(
     name="silero-vad-batchfirst",
@@ -618,8 +632,20 @@ NUDENET_320N_NMS = RealModel(
     quirks="selected_indices [detections, 3] INT64: data-dependent, no batch axis; boxes/scores stay batch-first",
     source=None,
     derive=derive_nudenet_nms,
-    shapes=NUDENET_320N.shapes,
-    samples=detector_samples(_CACHE, 320),
+    # Unbatched: selected_indices has no batch axis, so Triton must not batch. Batched, the compiler accepts it
+    # today (its axis 0 'detections' carries no input's batch symbol), which Triton would then split wrongly.
+    batched=False,
+    shapes={
+        "dynamicDims": [
+            {"input": "images", "axis": a, "min": n, "opt": n, "max": n} for a, n in ((0, 1), (2, 320), (3, 320))
+        ]
+    },
+    samples=detector_samples(_CACHE, 320, batched=False),
+    notes={
+        "today": "unbatched, every candidate, the baseline too, fails 'run failed: ValueError: all input arrays must "
+        "have the same shape' (accuracy stacks per-sample outputs; the detection count differs per image): "
+        "NoCandidatePassed, exit 1. Batched (shapes of nudenet-320n) it compiles and would be served wrongly.",
+    },
     calibration_samples=16,
     accuracy=NUDENET_320N.accuracy,
 )
