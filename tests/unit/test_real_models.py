@@ -17,7 +17,11 @@ def test_minimal_specs_are_valid_api_objects(model, tmp_path):
     job = CompileJobSpec.model_validate(
         model.compile_job(tmp_path / model.filename, tmp_path / "data.npz", f"file://{tmp_path}/registry")
     )
-    assert job.shapes.batch.min <= job.objective.batch_size <= job.shapes.batch.max
+    assert job.batched == model.batched == (spec.serving.max_batch_size != 0)
+    if model.batched:
+        assert job.shapes.batch.min <= job.objective.batch_size <= job.shapes.batch.max
+    else:  # one inference of full shapes a request: every dynamic axis, axis 0 too, has an entry
+        assert job.objective.batch_size == 1 and any(d.axis == 0 for d in job.shapes.dynamic_dims)
 
 
 def test_names_are_unique_dns_labels_and_each_model_has_a_source():
