@@ -27,6 +27,7 @@ from .errors import TensorRTUnavailable
 from .fetch import fetch, verify_digest
 from .fingerprint import fingerprint
 from .inspection import ModelInfo, inspect_model
+from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
 from .selection import select
 
@@ -128,6 +129,14 @@ def _profiles(spec: CompileJobSpec, model: ModelInfo) -> dict:
     return {**shapes, "inputs": {t.name: dict(zip(("min", "opt", "max"), map(list, t.profile))) for t in model.inputs}}
 
 
+def _precisions(ctx: BuildContext) -> list[Precision]:
+    if ctx.spec.precisions:
+        return ctx.spec.precisions
+    found = hardware_precisions(ctx.gpu_class, ctx.fingerprint)
+    ctx.record(f"precisions from the node's hardware (spec.compile.precisions unset): {', '.join(found)}")
+    return found
+
+
 def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidate], dict[str, Build]]:
     """Validate the baseline and every (compiler, precision) pair, then benchmark the survivors together."""
     validate = _Validator(ctx)
@@ -135,7 +144,7 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
     try:
         jobs = [(lambda: ort_candidates.baseline(ctx), Compiler.ONNX_RUNTIME, Precision.FP32, True)] + [
             (lambda c=c, p=p: builder(c)(ctx, p), c, p, False)
-            for c, p in itertools.product(ctx.spec.compilers, ctx.spec.precisions)
+            for c, p in itertools.product(ctx.spec.compilers, _precisions(ctx))
         ]  # fmt: skip
         for make, compiler, precision, baseline in jobs:
             record, build, runner = validate(make, compiler, precision, baseline)

@@ -12,7 +12,6 @@ from tensorkiln.api import (
     HardwareMode,
     InferenceModelSpec,
     InferenceModelStatus,
-    Precision,
     field_errors,
 )
 from tensorkiln.status.conditions import condition, merge_conditions
@@ -43,7 +42,7 @@ def test_defaults():
     spec = InferenceModelSpec.model_validate(MINIMAL)
     assert (spec.shapes.batch.min, spec.shapes.batch.opt, spec.shapes.batch.max) == (1, 8, 32)
     assert spec.hardware.mode == HardwareMode.AUTO and spec.hardware.include_cpu is False
-    assert spec.compile.precisions == [Precision.FP32, Precision.FP16, Precision.INT8]
+    assert spec.compile.precisions is None  # the compiler takes what its node runs natively
     assert spec.compile.compilers.gpu == "TensorRT"
     assert spec.compile.compilers.cpu == ["OnnxRuntime", "OpenVINO"]
     assert (spec.compile.deadline_seconds, spec.compile.retries) == (3600, 2)
@@ -72,7 +71,7 @@ def test_camel_case_round_trip():
     assert wire["serving"]["instancesPerGPU"] == 2
     assert wire["serving"]["dynamicBatching"]["maxQueueDelayMicroseconds"] == 2000
     assert wire["slo"]["scaleDownStabilizationSeconds"] == 300
-    assert wire["compile"]["precisions"] == ["FP32", "FP16", "INT8"]
+    assert "precisions" not in wire["compile"]  # unset: from the compile node's hardware
     assert "sha256" not in wire["source"]  # exclude_none: unset optionals stay off the wire
     assert InferenceModelSpec.model_validate(wire) == spec
 

@@ -121,11 +121,15 @@ class CompileJobSpec(SpecModel):
         json_schema_extra=LIST_SET,
         description="Compilers to build candidate engines with.",
     )
-    precisions: list[Precision] = Field(
+    precisions: list[Precision] | None = Field(
+        None,
         min_length=1,
         max_length=4,
         json_schema_extra=LIST_SET,
-        description="Precisions to build candidate engines in.",
+        description=(
+            "Precisions to build candidate engines in. Unset: the compiler takes what its node's hardware "
+            "runs natively (CPU flags, GPU compute capability) and records them with the candidates."
+        ),
     )
     batched: bool = Field(
         True,

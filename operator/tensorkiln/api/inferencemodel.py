@@ -176,15 +176,17 @@ class CompilerChoice(SpecModel):
 class CompileOptions(SpecModel):
     """How engines are built, checked and chosen for each hardware class."""
 
-    precisions: list[Precision] = Field(
-        default_factory=lambda: [Precision.FP32, Precision.FP16, Precision.INT8],
+    precisions: list[Precision] | None = Field(
+        None,
         min_length=1,
         max_length=4,
         json_schema_extra=LIST_SET,
         description=(
             "Precisions to build candidate engines in. Candidates that fail the accuracy check "
             "are discarded; the best remaining one by objective is served. Precisions a class "
-            "cannot run (e.g. BF16 on pre-Ampere GPUs) are skipped."
+            "cannot run (e.g. BF16 on pre-Ampere GPUs) are skipped. Unset: what the compile node "
+            "runs natively: on CPUs FP32 and INT8, plus BF16 with AVX512-BF16 or AMX and FP16 with "
+            "AVX512-FP16 or AMX-FP16; on GPUs FP32, FP16 and INT8, plus BF16 from compute capability 8.0."
         ),
     )
     compilers: CompilerChoice = Field(

@@ -59,7 +59,6 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "source": spec["source"],
         "hardware": hardware,
         "compilers": compilers_for(spec, target.kind),
-        "precisions": compile_options["precisions"],
         "shapes": spec["shapes"],
         "accuracy": compile_options["accuracy"],
         "objective": compile_options["objective"],
@@ -68,6 +67,8 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "deadlineSeconds": compile_options["deadlineSeconds"],
         "retries": compile_options["retries"],
     }
+    if "precisions" in compile_options:  # else the compiler takes what its node runs natively
+        job_spec["precisions"] = compile_options["precisions"]
     if "sha256" in spec["source"]:
         job_spec["modelDigest"] = spec["source"]["sha256"]
     if "calibration" in compile_options:
