@@ -7,6 +7,13 @@ Maximum Batch Size). A tensor of rank 0, or with its batch on another axis, cann
 Triton, so it is refused by name with the alternative: serving.maxBatchSize 0. Unbatched, shapes are
 full and every dynamic axis, axis 0 included, takes its range from spec.shapes.dynamicDims. Any
 contradiction between the spec and the model is bad input whose message names the spec field.
+
+Sequence batching (spec.sequenceBatching, the InferenceModel's serving.sequenceBatching): the state
+pairs and control inputs it names must be in the graph, each pair's output of its input's element type
+and shape. Without it, a batched model with a state pair (an input and an output alike in type and
+shape whose names say so, see state_pairs) is refused by name: the dynamic batcher would mix the
+requests of one stream with others' and keep none of them in order, so the fix it proposes is
+serving.sequenceBatching (or serving.maxBatchSize 0, where each request carries its own state).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-from tensorkiln.api import ModelIO, Shapes
+from tensorkiln.api import ModelIO, SequenceBatching, Shapes
 from tensorkiln.registry.manifest import TensorInfo
 
 from .errors import InvalidInput
@@ -69,7 +76,13 @@ class ModelInfo:
 
 
 def inspect_model(
-    path: Path, shapes: Shapes, batch_size: int, io: ModelIO | None = None, *, batched: bool = True
+    path: Path,
+    shapes: Shapes,
+    batch_size: int,
+    io: ModelIO | None = None,
+    *,
+    batched: bool = True,
+    sequence: SequenceBatching | None = None,
 ) -> ModelInfo:
     model = load(path)
     opset = default_opset(model)
@@ -86,6 +99,10 @@ def inspect_model(
     initializers = {t.name for t in model.graph.initializer}
     inputs = [_tensor(v) for v in model.graph.input if v.name not in initializers]
     outputs = [_tensor(v) for v in model.graph.output]
+    if sequence is not None:
+        check_sequence_tensors(sequence, inputs, outputs)
+    elif batched:
+        check_no_state_pair(inputs, outputs)
     if batched:
         check_batch_axes(inputs, outputs)
     _check_dynamic_dims(inputs, shapes, batched)
@@ -127,6 +144,89 @@ def check_batch_axes(inputs: list[Tensor], outputs: list[Tensor]) -> None:
                     f"spec.serving.maxBatchSize: {kind} {tensor.name!r} has batch on axis {axis} "
                     f"({tensor.written()}); axis 0 must be the batch when serving.maxBatchSize > 0; {UNBATCHED}",
                 )
+
+
+SEQUENCE_FIELD = "spec.serving.sequenceBatching"
+_CONTROL_TYPES = {"correlationId": ("UINT64", "INT64", "UINT32", "INT32")}
+_FLAG_TYPES = ("FP32", "INT32", "BOOL")  # Triton's fp32_false_true, int32_false_true, bool_false_true
+# Name pairs that say "state in, state out": the output is the input's name with one of these changes.
+_STATE_SUFFIXES = ("n", "N", "_n", "_out", "_next", "_new", ".out", "_output", "out", "Out")
+_STATE_SWAPS = (("_in", "_out"), ("in_", "out_"), ("input", "output"), ("Input", "Output"), ("past", "present"),
+                ("prev", "next"), ("0", "n"))  # fmt: skip
+
+
+def check_sequence_tensors(sequence: SequenceBatching, inputs: list[Tensor], outputs: list[Tensor]) -> None:
+    """Every state pair and control input serving.sequenceBatching names is in the graph, a pair's output
+    of its input's element type and shape, a control of a type Triton can fill; else IOMismatch naming it."""
+    found_inputs, found_outputs = {t.name: t for t in inputs}, {t.name: t for t in outputs}
+    for index, pair in enumerate(sequence.state):
+        field = f"{SEQUENCE_FIELD}.state[{index}]"
+        state_in, state_out = found_inputs.get(pair.input), found_outputs.get(pair.output)
+        if state_in is None:
+            raise InvalidInput(
+                "IOMismatch",
+                f"{field}.input: the model has no input {pair.input!r} (inputs: {', '.join(found_inputs)}); a "
+                "sequence-batched model takes its state as an input and gives the next as an output",
+            )
+        if state_out is None:
+            raise InvalidInput(
+                "IOMismatch",
+                f"{field}.output: the model has no output {pair.output!r} (outputs: {', '.join(found_outputs)})",
+            )
+        if state_in.info().data_type != state_out.info().data_type or state_in.dims != state_out.dims:
+            raise InvalidInput(
+                "IOMismatch",
+                f"{field}: output {pair.output!r} is {state_out.info().data_type} {state_out.written()}, but input "
+                f"{pair.input!r} is {state_in.info().data_type} {state_in.written()}; the state output of one "
+                "request is the state input of the next",
+            )
+    for field, name in sequence.tensor_names():
+        if not field.startswith("controlInputs."):
+            continue
+        control = field.removeprefix("controlInputs.")
+        tensor = found_inputs.get(name)
+        if tensor is None:
+            raise InvalidInput(
+                "IOMismatch",
+                f"{SEQUENCE_FIELD}.{field}: the model has no input {name!r} (inputs: {', '.join(found_inputs)})",
+            )
+        allowed = _CONTROL_TYPES.get(control, _FLAG_TYPES)
+        if tensor.info().data_type not in allowed:
+            raise InvalidInput(
+                "IOMismatch",
+                f"{SEQUENCE_FIELD}.{field}: input {name!r} is {tensor.info().data_type}; Triton fills this control "
+                f"in {', '.join(allowed)} only",
+            )
+
+
+def state_pairs(inputs: list[Tensor], outputs: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    """(input, output) pairs that look like recurrent state: the same element type and shape as the graph
+    writes it (rank 1 or more), and the output's name the input's with a state suffix or swap
+    (state/stateN, h_in/h_out, past/present, h0/hn)."""
+    pairs = []
+    for tensor in inputs:
+        if not tensor.dims or tensor.symbols is None:
+            continue
+        names = {tensor.name + suffix for suffix in _STATE_SUFFIXES}
+        names |= {tensor.name.replace(a, b) for a, b in _STATE_SWAPS if a in tensor.name}
+        for output in outputs:
+            alike = output.elem_type == tensor.elem_type and output.written() == tensor.written()
+            if alike and output.name in names:
+                pairs.append((tensor, output))
+    return pairs
+
+
+def check_no_state_pair(inputs: list[Tensor], outputs: list[Tensor]) -> None:
+    """Batched without sequence batching: a state pair is refused by name, with the fix."""
+    for state_in, state_out in state_pairs(inputs, outputs):
+        raise InvalidInput(
+            "ShapeMismatch",
+            f"{SEQUENCE_FIELD}: input {state_in.name!r} and output {state_out.name!r} look like a recurrent state "
+            f"({state_in.written()}), but the model is served batched without sequence batching: the dynamic "
+            "batcher would mix one stream's requests with others' and not keep them in order. Set "
+            f"spec.serving.sequenceBatching.state: [{{input: {state_in.name}, output: {state_out.name}}}] "
+            f"(Triton keeps the state per sequence), or, if each request carries its own state, {UNBATCHED}",
+        )
 
 
 def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor], batched: bool = True) -> None:

@@ -61,7 +61,12 @@ def run(
         compiler_version=__version__,
     )
     model = inspect_model(  # bad input: exit 2
-        source.path, spec.shapes, spec.objective.batch_size, spec.io, batched=spec.batched
+        source.path,
+        spec.shapes,
+        spec.objective.batch_size,
+        spec.io,
+        batched=spec.batched,
+        sequence=spec.sequence_batching,
     )
     registry = Registry(opener, spec.registry.uri)
     if digest := registry.lookup(key):  # a retry after a publish that was not reported

@@ -6,7 +6,7 @@ full shapes."""
 import numpy as np
 import pytest
 from onnx import TensorProto
-from tensorkiln.api import AccuracyTolerance, CompileJobSpec, ModelIO, Precision, Shapes
+from tensorkiln.api import AccuracyTolerance, CompileJobSpec, ModelIO, Precision, SequenceBatching, Shapes
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.accuracy import compare
 from tensorkiln_compiler.benchmark import BenchmarkPlan
@@ -39,7 +39,9 @@ def refusal(call) -> str:
 
 def test_batched_refuses_a_batch_on_another_axis_naming_the_input_and_the_alternative(tmp_path):
     model = stateful_model(tmp_path / "m.onnx")
-    message = refusal(lambda: inspect_model(model, Shapes.model_validate({"dynamicDims": []}), 1))
+    sequence = SequenceBatching.model_validate({"state": [{"input": "state", "output": "stateN"}]})
+    # Sequence-batched, or its state pair is what is refused first (tests/unit/test_compiler_sequence.py).
+    message = refusal(lambda: inspect_model(model, Shapes.model_validate({"dynamicDims": []}), 1, sequence=sequence))
     assert message == (
         "spec.serving.maxBatchSize: input 'state' has batch on axis 1 ([2, batch, 8]); axis 0 must be the batch "
         f"when serving.maxBatchSize > 0; {UNBATCHED}"

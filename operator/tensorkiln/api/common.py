@@ -823,3 +823,119 @@ class ModelIO(SpecModel):
         json_schema_extra=list_map("name"),
         description="Model outputs, unique by name: every output of the graph, none it lacks.",
     )
+
+
+class SequenceStrategy(StrEnum):
+    """How Triton's sequence batcher schedules the requests of concurrent sequences."""
+
+    DIRECT = "Direct"
+    OLDEST = "Oldest"
+
+
+class StateKeeper(StrEnum):
+    """Who carries a sequence's state from one request to the next."""
+
+    TRITON = "Triton"
+    CLIENT = "Client"
+
+
+class SequenceState(SpecModel):
+    """An input and an output of the graph that carry a sequence's state: the output of one request of a
+    sequence is the input of its next."""
+
+    input: str = Field(min_length=1, max_length=256, description="Graph input that takes the state.")
+    output: str = Field(
+        min_length=1,
+        max_length=256,
+        description="Graph output that gives the next state; the graph must give it the input's element type and "
+        "shape.",
+    )
+
+
+class SequenceControls(SpecModel):
+    """Graph inputs that Triton's sequence batcher fills with control values; each is optional, and the compile
+    refuses a name the graph lacks. The values are 0 and 1 in the input's own type (FP32, INT32 or BOOL); the
+    correlation id is a UINT64, INT64, UINT32 or INT32 input."""
+
+    start: str | None = Field(
+        None, min_length=1, max_length=256, description="Input set to 1 on the first request of a sequence."
+    )
+    end: str | None = Field(
+        None, min_length=1, max_length=256, description="Input set to 1 on the last request of a sequence."
+    )
+    ready: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="Input set to 1 when the request carries data (0: a batch slot Triton filled, to skip).",
+    )
+    correlation_id: str | None = Field(
+        None, min_length=1, max_length=256, description="Input set to the sequence's correlation id."
+    )
+
+
+class SequenceBatching(SpecModel):
+    """Triton's sequence batcher, for stateful models: every request of a sequence (one correlation id) goes
+    to the same model instance, in order."""
+
+    strategy: SequenceStrategy = Field(
+        SequenceStrategy.DIRECT,
+        description=(
+            "Direct (Triton's default): each sequence holds one batch slot of one instance until it ends. Oldest: "
+            "batches are formed from the oldest requests of up to maxCandidateSequences sequences, a sequence's "
+            "slot changing from batch to batch; it pays off only when serving.maxBatchSize > 0."
+        ),
+    )
+    max_sequence_idle_microseconds: int = Field(
+        1_000_000,
+        ge=1,
+        le=2**63 - 1,
+        description=(
+            "How long, in microseconds, a sequence may go without a request before Triton ends it and frees its "
+            "slot (and its state); 1000000 is Triton's own default."
+        ),
+    )
+    max_queue_delay_microseconds: int = Field(
+        0, ge=0, le=2**63 - 1, description="How long a request may wait for others to batch with, in microseconds."
+    )
+    max_candidate_sequences: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="Oldest only: sequences batched from at once per instance. Unset: serving.maxBatchSize, or 1.",
+    )
+    state: list[SequenceState] = Field(
+        min_length=1,
+        max_length=16,
+        json_schema_extra=list_map("input"),
+        description=(
+            "The graph's state inputs and outputs, unique by input. An ONNX graph keeps nothing from one run to the "
+            "next, so a stateful model takes its state as an input and gives the next as an output; the compile "
+            "refuses a pair the graph lacks or gives a different element type or shape."
+        ),
+    )
+    state_kept_by: StateKeeper = Field(
+        StateKeeper.TRITON,
+        description=(
+            "Triton (implicit state): Triton keeps each sequence's state, starting from zeros (every variable "
+            "dimension 1) on its first request and dropping it on its last; clients send neither the state input "
+            "nor get the state output. Served natively, this needs the onnxruntime or TensorRT backend, so CPU "
+            "classes compile with OnnxRuntime only. Client: clients send the state input and read the state output "
+            "with every request; Triton only keeps a sequence on one instance, in order."
+        ),
+    )
+    control_inputs: SequenceControls = Field(
+        default_factory=SequenceControls,
+        description="Graph inputs Triton fills with the sequence's start, end, ready and correlation id values.",
+    )
+
+    def tensor_names(self) -> list[tuple[str, str]]:
+        """(field, tensor) for every graph tensor named here, state inputs and outputs then controls."""
+        named = [(f"state[{i}].input", s.input) for i, s in enumerate(self.state)]
+        named += [(f"state[{i}].output", s.output) for i, s in enumerate(self.state)]
+        controls = self.control_inputs
+        for field, name in (("start", controls.start), ("end", controls.end), ("ready", controls.ready),
+                            ("correlationId", controls.correlation_id)):  # fmt: skip
+            if name:
+                named.append((f"controlInputs.{field}", name))
+        return named

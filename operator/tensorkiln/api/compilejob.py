@@ -32,6 +32,7 @@ from .common import (
     PrinterColumn,
     ResourceRequirements,
     Rule,
+    SequenceBatching,
     Shapes,
     SpecModel,
     Toleration,
@@ -138,6 +139,14 @@ class CompileJobSpec(SpecModel):
             "serving.maxBatchSize > 0); the compile refuses a model where it is not, naming the tensor. False: the "
             "engine takes full shapes, every dynamic dimension takes its range from shapes.dynamicDims, "
             "shapes.batch is ignored and objective.batchSize is 1."
+        ),
+    )
+    sequence_batching: SequenceBatching | None = Field(
+        None,
+        description=(
+            "The InferenceModel's serving.sequenceBatching: the compile refuses a model without the state inputs, "
+            "outputs and control inputs named there. Unset and batched: it refuses a model whose graph has a state "
+            "pair (an input and an output alike in name, type and shape), naming it."
         ),
     )
     shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engine must accept.")

@@ -30,6 +30,7 @@ from .common import (
     PrinterColumn,
     ResourceRequirements,
     Rule,
+    SequenceBatching,
     Shapes,
     SpecModel,
     Toleration,
@@ -237,7 +238,13 @@ class QueuePolicy(SpecModel):
 class DynamicBatching(SpecModel):
     """Triton's dynamic batcher, which merges concurrent requests into larger batches."""
 
-    enabled: bool = Field(True, description="Whether Triton batches concurrent requests.")
+    enabled: bool | None = Field(
+        None,
+        description=(
+            "Whether Triton batches concurrent requests. Unset: true, false when serving.sequenceBatching is set "
+            "(a model has one scheduler: the dynamic batcher or the sequence batcher)."
+        ),
+    )
     preferred_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]] | None = Field(
         None,
         max_length=16,
@@ -257,19 +264,31 @@ class DynamicBatching(SpecModel):
     queue_policy: QueuePolicy = Field(default_factory=QueuePolicy, description="Queue limits and timeout behaviour.")
 
 
+# CEL for ServingOptions.dynamic_batching_on(): enabled as set, else on unless sequenceBatching is set.
+_DYNAMIC_ON = "(has(self.dynamicBatching.enabled) ? self.dynamicBatching.enabled : !has(self.sequenceBatching))"
+
+
 class ServingOptions(SpecModel):
     """How the selected engine of each hardware class is served with Triton."""
 
     cel_rules = (
         Rule(
             "dynamicBatching.preferredBatchSizes",
-            "!has(self.maxBatchSize) || !has(self.dynamicBatching.preferredBatchSizes) || !self.dynamicBatching.enabled"
-            " || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
+            "!has(self.maxBatchSize) || !has(self.dynamicBatching.preferredBatchSizes) || !"
+            + _DYNAMIC_ON
+            + " || self.dynamicBatching.preferredBatchSizes.all(b, b <= self.maxBatchSize)",
             "must all be <= maxBatchSize",
             lambda s: s.max_batch_size is None
             or s.dynamic_batching.preferred_batch_sizes is None
-            or not s.dynamic_batching.enabled
+            or not s.dynamic_batching_on()
             or all(b <= s.max_batch_size for b in s.dynamic_batching.preferred_batch_sizes),
+        ),
+        Rule(
+            "sequenceBatching",
+            "!has(self.sequenceBatching) || !has(self.dynamicBatching.enabled) || !self.dynamicBatching.enabled",
+            "and serving.dynamicBatching.enabled: true are mutually exclusive (Triton schedules a model with one "
+            "batcher); unset dynamicBatching.enabled or set it to false",
+            lambda s: s.sequence_batching is None or s.dynamic_batching.enabled is not True,
         ),
     )
 
@@ -295,6 +314,16 @@ class ServingOptions(SpecModel):
     dynamic_batching: DynamicBatching = Field(
         default_factory=DynamicBatching, description="Triton's dynamic batcher settings."
     )
+    sequence_batching: SequenceBatching | None = Field(
+        None,
+        description=(
+            "Triton's sequence batcher, for a stateful model: each sequence's requests go to one instance, in "
+            "order, its state kept by Triton or by the client. Excludes the dynamic batcher. The compile refuses "
+            "a model without the state inputs and outputs named here, and, the other way round, a model served "
+            "batched (maxBatchSize > 0) without this whose graph has an input and an output alike in name, type "
+            "and shape (a state pair). Unset: requests are independent."
+        ),
+    )
     instances_per_gpu: int = Field(
         1,
         ge=1,
@@ -307,12 +336,18 @@ class ServingOptions(SpecModel):
         description="Triton container resources. GPU classes always get nvidia.com/gpu: 1 added to limits.",
     )
 
+    def dynamic_batching_on(self) -> bool:
+        """dynamicBatching.enabled as set, or as derived when unset: on unless sequenceBatching is set."""
+        enabled = self.dynamic_batching.enabled
+        return self.sequence_batching is None if enabled is None else enabled
+
     def derive_unset(self, batch_max: int) -> None:
         """Fill maxBatchSize and the preferred batch sizes where unset, as their descriptions say;
         `batch_max`: shapes.batch.max, itself derived first."""
         if self.max_batch_size is None:
             self.max_batch_size = min(batch_max, MAX_BATCH_SIZE)
         batching = self.dynamic_batching
+        batching.enabled = self.dynamic_batching_on()
         if batching.preferred_batch_sizes is None:
             limit = self.max_batch_size
             batching.preferred_batch_sizes = (
@@ -437,13 +472,14 @@ class InferenceModelSpec(SpecModel):
         Rule(
             "serving.dynamicBatching.preferredBatchSizes",
             "has(self.serving.maxBatchSize) || !has(self.shapes.batch.max)"
-            " || !has(self.serving.dynamicBatching.preferredBatchSizes) || !self.serving.dynamicBatching.enabled"
-            " || self.serving.dynamicBatching.preferredBatchSizes.all(b, b <= self.shapes.batch.max)",
+            " || !has(self.serving.dynamicBatching.preferredBatchSizes) || !"
+            + _DYNAMIC_ON.replace("self.", "self.serving.")
+            + " || self.serving.dynamicBatching.preferredBatchSizes.all(b, b <= self.shapes.batch.max)",
             "must all be <= shapes.batch.max (serving.maxBatchSize, unset, follows it)",
             lambda s: s.serving.max_batch_size is not None
             or s.shapes.batch.max is None
             or s.serving.dynamic_batching.preferred_batch_sizes is None
-            or not s.serving.dynamic_batching.enabled
+            or not s.serving.dynamic_batching_on()
             or all(b <= s.shapes.batch.max for b in s.serving.dynamic_batching.preferred_batch_sizes),
         ),
         Rule(
@@ -489,7 +525,7 @@ class InferenceModelSpec(SpecModel):
         # consumer then reads the derived values from the validated model (normalised_spec).
         serving, batching = self.serving, self.serving.dynamic_batching
         sizes_set = [serving.max_batch_size] if serving.max_batch_size is not None else []
-        if batching.enabled and batching.preferred_batch_sizes:
+        if serving.dynamic_batching_on() and batching.preferred_batch_sizes:
             sizes_set += batching.preferred_batch_sizes
         derive_unset_batch_sizes(self.shapes, self.compile.objective, sizes_set, batched=serving.max_batch_size != 0)
         serving.derive_unset(self.shapes.batch.max)

@@ -19,9 +19,17 @@ def compile_job_name(model_name: str, hardware_class: str) -> str:
     return target_name(model_name, hardware_class)
 
 
-def compilers_for(spec: dict, kind: str) -> list[str]:
+def compilers_for(spec: dict, kind: str, runtime: str = "native") -> list[str]:
+    """The spec's compilers for the kind. Natively served with implicit state (sequenceBatching, state kept by
+    Triton), a CPU class compiles with OnnxRuntime only: Triton's OpenVINO backend has no implicit state
+    (implicit_state_management.md: onnxruntime, TensorRT and PyTorch backends only)."""
     compilers = spec["compile"]["compilers"]
-    return [compilers["gpu"]] if kind == "GPU" else list(compilers["cpu"])
+    if kind == "GPU":
+        return [compilers["gpu"]]
+    sequence = spec["serving"].get("sequenceBatching")
+    if runtime == "native" and sequence and sequence["stateKeptBy"] == "Triton":
+        return ["OnnxRuntime"]
+    return list(compilers["cpu"])
 
 
 def options_hash(compile_spec: dict) -> str:
@@ -33,6 +41,8 @@ def options_hash(compile_spec: dict) -> str:
         hashed["io"] = compile_spec["io"]  # a cache hit must not skip the compiler's check of it
     if not compile_spec.get("batched", True):  # likewise only when unbatched: a batched engine's key stays
         hashed["batched"] = False
+    if "sequenceBatching" in compile_spec:  # likewise: the compile checks the state pairs against the graph
+        hashed["sequenceBatching"] = compile_spec["sequenceBatching"]
     return digest(hashed, 16)
 
 
@@ -58,7 +68,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "modelName": model["metadata"]["name"],
         "source": spec["source"],
         "hardware": hardware,
-        "compilers": compilers_for(spec, target.kind),
+        "compilers": compilers_for(spec, target.kind, settings.serving_runtime),
         "shapes": spec["shapes"],
         "accuracy": compile_options["accuracy"],
         "objective": compile_options["objective"],
@@ -77,6 +87,8 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         job_spec["io"] = spec["io"]
     if spec["serving"]["maxBatchSize"] == 0:  # only then: every batched CompileJob stays as it was
         job_spec["batched"] = False
+    if spec["serving"].get("sequenceBatching"):
+        job_spec["sequenceBatching"] = spec["serving"]["sequenceBatching"]
     job_spec["optionsHash"] = options_hash(job_spec)
     return {
         "apiVersion": API_VERSION,

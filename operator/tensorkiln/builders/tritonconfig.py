@@ -14,7 +14,20 @@ Batching (model_configuration.md, Maximum Batch Size): max_batch_size > 0 only w
 and the engine are batched, i.e. axis 0 of every tensor is the batch; dims then leave it out.
 Otherwise max_batch_size is 0 and dims are the full shapes. An engine compiled unbatched stays
 unbatched whatever serving.maxBatchSize says (it is served so while its replacement compiles).
+
+Sequence batching (serving.sequenceBatching; model_configuration.md, Sequence Batcher, and
+implicit_state_management.md): it replaces the dynamic batcher (ModelConfig's scheduling_choice is a
+oneof). The control inputs the spec names are filled by Triton, so `input` leaves them out; with
+implicit state (state kept by Triton) so it does the state inputs and outputs: clients neither send
+nor get them. Natively, `sequence_batching.state` holds each pair, starting from zeros with every
+variable dimension 1 (what Triton itself uses for a variable dimension of a starting request). The
+Python backend has no implicit state (only the onnxruntime, TensorRT and PyTorch backends do), so for
+the python-backend runtime the pairs go in the `sequence_state` parameter and the runner keeps each
+sequence's state itself, keyed by correlation id: the config then has START, END, READY and CORRID
+control inputs, the spec's own names where it gives them, else the runner's (RUNNER_CONTROLS).
 """
+
+import json
 
 from google.protobuf import json_format, text_format
 
@@ -34,11 +47,32 @@ NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"
                     "OpenVINO": {"backend": "openvino"}}  # fmt: skip
 
 
-def _tensors(manifest: EngineManifest, tensors, batched: bool) -> list[dict]:
-    """Triton tensor configs: dims without the batch dimension when Triton batches, else full shapes."""
+# The Triton control kinds of spec.serving.sequenceBatching.controlInputs, by field.
+CONTROL_KINDS = {
+    "start": "CONTROL_SEQUENCE_START",
+    "end": "CONTROL_SEQUENCE_END",
+    "ready": "CONTROL_SEQUENCE_READY",
+    "correlationId": "CONTROL_SEQUENCE_CORRID",
+}
+# The python-backend runner's control inputs where the spec names none: no graph input has these names.
+RUNNER_CONTROLS = {
+    "start": "TENSORKILN_SEQUENCE_START",
+    "end": "TENSORKILN_SEQUENCE_END",
+    "ready": "TENSORKILN_SEQUENCE_READY",
+    "correlationId": "TENSORKILN_SEQUENCE_CORRID",
+}
+_FALSE_TRUE = {"FP32": ("fp32FalseTrue", [0, 1]), "INT32": ("int32FalseTrue", [0, 1]),
+               "BOOL": ("boolFalseTrue", [False, True])}  # fmt: skip
+
+
+def _tensors(manifest: EngineManifest, tensors, batched: bool, hidden: set[str] = frozenset()) -> list[dict]:
+    """Triton tensor configs: dims without the batch dimension when Triton batches, else full shapes;
+    `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out."""
     profiles = manifest.profiles.get("inputs", {})
     rendered = []
     for tensor in tensors:
+        if tensor.name in hidden:
+            continue
         dims = list(tensor.dims)
         profile = profiles.get(tensor.name)
         if profile:
@@ -69,6 +103,62 @@ def _dynamic_batching(serving: dict, batched: bool) -> dict | None:
     }
 
 
+def _control(kind: str, name: str, data_type: str) -> dict:
+    if kind == "CONTROL_SEQUENCE_CORRID":
+        control = {"kind": kind, "dataType": f"TYPE_{data_type}"}
+    else:
+        field, values = _FALSE_TRUE[data_type]
+        control = {"kind": kind, field: values}
+    return {"name": name, "control": [control]}
+
+
+def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, runtime: str) -> dict | None:
+    """{"config": the sequenceBatching message, "hidden": tensors left out of input and output,
+    "state": the runner's state pairs (python-backend, implicit state)}; None when the spec has no
+    sequence batcher, or the engine lacks a tensor it names (an engine compiled for another spec)."""
+    spec = serving.get("sequenceBatching")
+    if not spec:
+        return None
+    inputs = {t.name: t for t in manifest.inputs}
+    outputs = {t.name: t for t in manifest.outputs}
+    named = spec.get("controlInputs", {})
+    if any(p["input"] not in inputs or p["output"] not in outputs for p in spec["state"]) or any(
+        name not in inputs for name in named.values()
+    ):
+        return None
+    implicit = spec["stateKeptBy"] == "Triton"
+    runner_keeps_state = implicit and runtime == PYTHON_BACKEND
+    controls = [_control(CONTROL_KINDS[field], name, inputs[name].data_type) for field, name in named.items()]
+    if runner_keeps_state:  # the runner needs every control; those the spec leaves unnamed get the runner's names
+        controls += [
+            _control(CONTROL_KINDS[field], name, "UINT64" if field == "correlationId" else "INT32")
+            for field, name in RUNNER_CONTROLS.items()
+            if field not in named
+        ]
+    strategy = {"maxQueueDelayMicroseconds": spec["maxQueueDelayMicroseconds"]}
+    config = {"maxSequenceIdleMicroseconds": spec["maxSequenceIdleMicroseconds"], "controlInput": controls}
+    if spec["strategy"] == "Oldest":
+        default = serving["maxBatchSize"] if batched else 1
+        config["oldest"] = strategy | {"maxCandidateSequences": spec.get("maxCandidateSequences", default)}
+    else:
+        config["direct"] = strategy
+    hidden = set(named.values())
+    pairs = []
+    if implicit:
+        dims = {t["name"]: t["dims"] for t in _tensors(manifest, [inputs[p["input"]] for p in spec["state"]], batched)}
+        for pair in spec["state"]:
+            data_type = inputs[pair["input"]].data_type
+            initial = [1 if d == -1 else d for d in dims[pair["input"]]]
+            pairs.append({"inputName": pair["input"], "outputName": pair["output"], "dataType": f"TYPE_{data_type}",
+                          "dims": dims[pair["input"]],
+                          "initialState": [{"dataType": f"TYPE_{data_type}", "dims": initial, "zeroData": True,
+                                            "name": f"{pair['input']}-zeros"}]})  # fmt: skip
+            hidden |= {pair["input"], pair["output"]}
+        if not runner_keeps_state:
+            config["state"] = pairs
+    return {"config": config, "hidden": hidden, "state": pairs if runner_keeps_state else []}
+
+
 def _parameters(values: dict[str, str]) -> dict:
     return {key: {"stringValue": str(value)} for key, value in values.items()}
 
@@ -77,11 +167,13 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
     """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
     batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
+    sequence = sequence_batching(manifest, serving, batched, runtime)
+    hidden = sequence["hidden"] if sequence else set()
     config = {
         "name": name,
         "maxBatchSize": serving["maxBatchSize"] if batched else 0,
-        "input": _tensors(manifest, manifest.inputs, batched),
-        "output": _tensors(manifest, manifest.outputs, batched),
+        "input": _tensors(manifest, manifest.inputs, batched, hidden),
+        "output": _tensors(manifest, manifest.outputs, batched, hidden),
         "instanceGroup": [
             {"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": serving["instancesPerGPU"] if gpu else 1}
         ],
@@ -89,9 +181,10 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
     if runtime == PYTHON_BACKEND:
         # The Python backend's model file is model.py; the runner finds the engine by parameter.
         config["backend"] = "python"
-        config["parameters"] = _parameters(
-            {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
-        )
+        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
+        if sequence and sequence["state"]:
+            parameters["sequence_state"] = json.dumps(sequence["state"], separators=(",", ":"))
+        config["parameters"] = _parameters(parameters)
     else:
         if manifest.compiler not in NATIVE_PLATFORMS:
             raise ValueError(f"a {manifest.compiler} engine is served only by the python-backend runtime")
@@ -99,8 +192,9 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
         if manifest.compiler == "OpenVINO":
             winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
             config["parameters"] = _parameters(winner.settings.get("config", {}))
-    batching = _dynamic_batching(serving, batched)
-    if batching:
+    if sequence:  # the one scheduler: ModelConfig's scheduling_choice is a oneof
+        config["sequenceBatching"] = sequence["config"]
+    elif batching := _dynamic_batching(serving, batched):
         config["dynamicBatching"] = batching
     return config
 

@@ -29,6 +29,15 @@ OpenVINO's `config` and `inferencePrecision`, onnxruntime's graph optimisation l
 `execute` gets all requests the dynamic batcher gathered: it concatenates them along the batch
 axis, runs the engine once and splits the outputs, so batching pays off as it does natively.
 With max_batch_size 0 there is no batch axis: each request runs alone, at its full shapes.
+
+Sequence batching with the state kept by Triton (implicit state): the Python backend has no implicit
+state of its own (implicit_state_management.md: only the onnxruntime, TensorRT and PyTorch backends),
+so the config's `sequence_state` parameter lists the state pairs (Triton's State fields) and this model
+keeps them per sequence, keyed by the CONTROL_SEQUENCE_CORRID control input: zeros (initial_state) on
+the request whose CONTROL_SEQUENCE_START is true, the engine's state output fed back as its state input
+on the next request, dropped after the request whose CONTROL_SEQUENCE_END is true or once the sequence
+has been idle longer than max_sequence_idle_microseconds (Triton has ended it then). Each request of a
+sequence runs alone; a request whose CONTROL_SEQUENCE_READY is false (a slot Triton filled) is skipped.
 """
 
 import json
@@ -52,15 +61,37 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         engine = json.loads((version_dir / ENGINE_JSON).read_text())
         check_engine(engine, config, parameters.get("engine", ""))
-        self.inputs = [tensor["name"] for tensor in engine["inputs"]]
+        self.states = json.loads(parameters.get("sequence_state", "[]"))
+        kept = {state["inputName"] for state in self.states}
+        self.inputs = [tensor["name"] for tensor in engine["inputs"] if tensor["name"] not in kept]
+        self.outputs = {tensor["name"] for tensor in config["output"]} if "output" in config else None
         self.batching = config.get("max_batch_size", 0) > 0
         engine_file = version_dir / parameters.get("engine_file", ENGINE_FILES[engine["compiler"]])
         self.run = open_engine(engine, engine_file, int(parameters.get("intra_op_threads", "1")), self.batching)
+        self.sequences = Sequences(config.get("sequence_batching", {}), self.states) if self.states else None
 
     def execute(self, requests):
+        if self.sequences is not None:  # implicit state: each request runs alone, with its sequence's state
+            return [self._execute_in_sequence(request) for request in requests]
         if not self.batching:  # full shapes, no batch axis to join requests along: each runs alone
             return [response for request in requests for response in self._execute([request])]
         return self._execute(requests)
+
+    def _execute_in_sequence(self, request):
+        try:
+            control = self.sequences.controls(request)
+            if not control["ready"]:
+                return pb_utils.InferenceResponse([])
+            state = self.sequences.state(control)
+            feeds = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
+            outputs = self.run({**feeds, **state})
+            self.sequences.update(control, outputs)
+        except Exception as error:
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}"))
+        return pb_utils.InferenceResponse([pb_utils.Tensor(name, array) for name, array in self._served(outputs)])
+
+    def _served(self, outputs: dict):
+        return [(name, array) for name, array in outputs.items() if self.outputs is None or name in self.outputs]
 
     def _execute(self, requests):
         try:
@@ -78,9 +109,69 @@ class TritonPythonModel:
             message = pb_utils.TritonError(f"{type(error).__name__}: {error}")
             return [pb_utils.InferenceResponse(error=message) for _ in requests]
         return [
-            pb_utils.InferenceResponse([pb_utils.Tensor(name, split[i]) for name, split in parts.items()])
+            pb_utils.InferenceResponse([pb_utils.Tensor(name, split[i]) for name, split in self._served(parts)])
             for i in range(len(requests))
         ]
+
+
+CONTROL_FIELDS = {
+    "CONTROL_SEQUENCE_START": "start",
+    "CONTROL_SEQUENCE_END": "end",
+    "CONTROL_SEQUENCE_READY": "ready",
+    "CONTROL_SEQUENCE_CORRID": "correlation_id",
+}
+
+
+class Sequences:
+    """The implicit state of every live sequence, by correlation id (see the module docstring)."""
+
+    def __init__(self, sequence_batching: dict, states: list[dict], clock=time.monotonic):
+        self.pairs = [(s["inputName"], s["outputName"]) for s in states]
+        self.initial = {
+            s["inputName"]: np.zeros(s["initialState"][0]["dims"], pb_utils.triton_string_to_numpy(s["dataType"]))
+            for s in states
+        }
+        self.idle_s = int(sequence_batching.get("max_sequence_idle_microseconds", 1_000_000)) / 1e6
+        self.clock, self.live = clock, {}  # correlation id -> (last request time, {state input: array})
+        self.inputs = {}  # control field -> (input name, true value or None for the correlation id)
+        for control_input in sequence_batching.get("control_input", []):
+            for control in control_input["control"]:
+                field = CONTROL_FIELDS[control.get("kind", "CONTROL_SEQUENCE_START")]  # START is proto3's 0
+                values = next((control[k] for k in ("int32_false_true", "fp32_false_true", "bool_false_true")
+                               if control.get(k)), None)  # fmt: skip
+                self.inputs[field] = (control_input["name"], None if values is None else values[1])
+        missing = [f for f in ("start", "end", "correlation_id") if f not in self.inputs]
+        if missing:
+            raise ValueError(f"sequence_state needs the {', '.join(missing)} control inputs in sequence_batching")
+
+    def controls(self, request) -> dict:
+        found = {}
+        for field, (name, true) in self.inputs.items():
+            value = pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+            found[field] = value.item() if true is None else bool(value == true)
+        found.setdefault("ready", True)
+        return found
+
+    def state(self, control: dict) -> dict:
+        """The sequence's state inputs: zeros when it starts, else what its last request left."""
+        now, key = self.clock(), control["correlation_id"]
+        for stale in [k for k, (seen, _) in self.live.items() if now - seen > self.idle_s]:
+            del self.live[stale]  # Triton has ended it (max_sequence_idle_microseconds)
+        if control["start"]:
+            self.live[key] = (now, {name: array.copy() for name, array in self.initial.items()})
+        elif key not in self.live:
+            raise ValueError(
+                f"sequence {key} has no state: it was never started (sequence_start), ended, or idle longer than "
+                f"{self.idle_s:g} s"
+            )
+        return self.live[key][1]
+
+    def update(self, control: dict, outputs: dict) -> None:
+        key = control["correlation_id"]
+        if control["end"]:
+            self.live.pop(key, None)
+        else:
+            self.live[key] = (self.clock(), {name: outputs[output] for name, output in self.pairs})
 
 
 def check_engine(engine: dict, config: dict, expected_digest: str) -> None:
