@@ -102,3 +102,27 @@ def test_the_longest_running_key_is_known():
     assert queue.longest_running() == ("a", 30)
     queue.done("a")
     assert queue.longest_running() == ("b", 25)
+
+
+def test_the_resync_waits_behind_every_key_due_in_the_foreground():
+    clock = Clock()
+    queue = WorkQueue(clock)
+    for key in ("r1", "r2", "r3"):
+        queue.add(key, background=True)  # a resync pass
+    clock.now = 1
+    queue.add("new")  # an event, later than the pass
+    queue.add("r3")  # an event about one the pass queued: to the foreground
+    queue.add("new", background=True)  # the next pass never demotes it
+    assert [queue.get(timeout=0) for _ in range(4)] == ["new", "r3", "r1", "r2"]
+    for key in ("new", "r3", "r1", "r2"):
+        queue.done(key)
+    assert queue.get(timeout=0) is None and len(queue) == 0
+
+
+def test_a_resync_adds_nothing_to_a_reconcile_under_way():
+    queue = WorkQueue(Clock())
+    queue.add("a")
+    assert queue.get(timeout=0) == "a"
+    queue.add("a", background=True)
+    queue.done("a")
+    assert queue.get(timeout=0) is None

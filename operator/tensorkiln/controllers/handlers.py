@@ -209,17 +209,17 @@ class Controller:
             log.warning("the reconcile of %s %s/%s has run for %.0f s", *key, running)
         for obj in [*models, *self.cache.all("CompileJob")]:
             if not obj["metadata"].get("deletionTimestamp"):
-                self.enqueue(obj)
+                self.enqueue(obj, background=True)  # behind whatever events queue
 
     # -- the queue
 
-    def enqueue(self, body, forced: bool = False, after: float = 0.0) -> None:
+    def enqueue(self, body, forced: bool = False, background: bool = False) -> None:
         meta = body["metadata"]
         item = (body["kind"], meta["namespace"], meta["name"])
         if forced:
             with self._forced_guard:
                 self._forced.add(item)
-        self.queue.add(item, after)
+        self.queue.add(item, background=background)
 
     def process(self, item: tuple[str, str, str]) -> None:
         """One queued object, as the cache has it now (gone or being deleted: nothing to do)."""
