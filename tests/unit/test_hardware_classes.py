@@ -1,4 +1,6 @@
-from tensorkiln.hardware.classes import cpu_isa_level, discover
+import copy
+
+from tensorkiln.hardware.classes import GPU_PRODUCT, cpu_isa_level, discover
 
 from .fleet import AMX_CPU_LABELS, default_fleet, local_node
 
@@ -51,3 +53,14 @@ def test_cordoned_nodes_do_not_count():
     node = local_node()
     node["spec"] = {"unschedulable": True}
     assert discover([node]) == []
+
+
+def test_the_classes_of_unchanged_nodes_are_remembered_and_a_change_discovers_again():
+    nodes = [dict(n, metadata={**n["metadata"], "resourceVersion": "1"}) for n in default_fleet()]
+    first = discover(nodes)
+    assert discover(nodes) == first and discover(nodes) is not first  # a list of its own each time
+    relabelled = copy.deepcopy(nodes)
+    gpu = next(n for n in relabelled if GPU_PRODUCT in n["metadata"]["labels"])
+    gpu["metadata"] |= {"resourceVersion": "2"}
+    gpu["metadata"]["labels"][GPU_PRODUCT] = "NVIDIA-B200"
+    assert "nvidia-b200" in {c.name for c in discover(relabelled)}

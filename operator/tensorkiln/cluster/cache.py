@@ -72,15 +72,15 @@ KINDS = (
 )
 
 
-def kept(body: Mapping, only: Mapping[str, tuple[str, ...]] | None = None) -> dict:
-    """The object as the cache keeps it: a copy of its own, without managedFields (the plan
-    compares the desired-hash annotation, never managedFields), and of the sections in `only`
-    just the keys it names."""
+def kept(body: Mapping, only: Mapping[str, tuple[str, ...]] | None = None, copy_: bool = True) -> dict:
+    """The object as the cache keeps it: without managedFields (the plan compares the desired-hash
+    annotation, never managedFields), of the sections in `only` just the keys it names, and (with
+    `copy_`) a copy of its own."""
     obj = dict(body)
     obj["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
     for section, keys in (only or {}).items():
         obj[section] = {k: v for k, v in obj.get(section, {}).items() if k in keys}
-    return copy.deepcopy(obj)  # of what is kept only
+    return copy.deepcopy(obj) if copy_ else obj  # of what is kept only
 
 
 def _key(obj: dict) -> tuple[str | None, str]:
@@ -110,8 +110,9 @@ class KindStore:
         return before
 
     def put(self, body: dict) -> dict | None:
-        """Keep `body` (as `kept` makes it); returns what was kept under its name before."""
-        obj = kept(body, self.kind.only)
+        """Keep `body`, which the caller hands over (an informer's freshly parsed object: no copy
+        needed), as `kept` trims it; returns what was kept under its name before."""
+        obj = kept(body, self.kind.only, copy_=False)
         key = _key(obj)
         with self._lock:
             before = self._drop(key)
@@ -164,8 +165,10 @@ class WatchCache:
     def __init__(self) -> None:
         self.stores = {k.kind: KindStore(k) for k in KINDS}
         self._filled = threading.Event()
-        self._writes: dict[tuple[str, str | None, str], tuple[float, dict]] = {}
+        # by kind, by (namespace, name): (when, what the write returned)
+        self._writes: dict[str, dict[tuple[str | None, str], tuple[float, dict]]] = {}
         self._writes_lock = threading.Lock()
+        self._purged = 0.0
 
     def mark_filled(self) -> None:
         """Serve from now on: every store holds its kind's first listing."""
@@ -182,38 +185,42 @@ class WatchCache:
         return self._filled.is_set() and kind in self.stores
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
-        return self._fresher(kind, namespace, name, self.stores[kind].get(namespace, name))
+        return self._fresher(kind, [self.stores[kind].get(namespace, name)])[0]
 
     def select(self, kind: str, namespace: str | None, label: str, value: str) -> list[dict]:
-        return [
-            self._fresher(kind, namespace, o["metadata"]["name"], o)
-            for o in self.stores[kind].select(namespace, label, value)
-        ]
+        return self._fresher(kind, self.stores[kind].select(namespace, label, value))
 
     def all(self, kind: str) -> list[dict]:
-        return [
-            self._fresher(kind, o["metadata"].get("namespace"), o["metadata"]["name"], o)
-            for o in self.stores[kind].all()
-        ]
+        return self._fresher(kind, self.stores[kind].all())
 
     def wrote(self, obj: dict) -> None:
         """Remember what a write returned, until the watch brings that version or a newer one."""
         meta, now = obj["metadata"], time.monotonic()
         with self._writes_lock:
-            for key in [k for k, (at, _) in self._writes.items() if now - at > WRITES_KEPT_SECONDS]:
-                del self._writes[key]
-            self._writes[(obj["kind"], meta.get("namespace"), meta["name"])] = (now, kept(obj))
+            if now - self._purged > 1.0:  # not at every write: thousands may be remembered
+                for written in self._writes.values():
+                    for key in [k for k, (at, _) in written.items() if now - at > WRITES_KEPT_SECONDS]:
+                        del written[key]
+                self._purged = now
+            self._writes.setdefault(obj["kind"], {})[(meta.get("namespace"), meta["name"])] = (now, kept(obj))
 
-    def _fresher(self, kind: str, namespace: str | None, name: str, indexed: dict | None) -> dict | None:
-        """`indexed`, or what we wrote over it when that is newer. An object the index does not
-        hold is absent, whatever we wrote: deleted since, or created and not yet seen (a creation
-        is confirmed by a GET anyway: ClusterState.confirm)."""
-        key = (kind, namespace, name)
+    def _fresher(self, kind: str, stored: list[dict | None]) -> list[dict | None]:
+        """Each of `stored`, or what we wrote over it when that is newer. An object the store does
+        not hold is absent, whatever we wrote: deleted since, or created and not yet seen (a
+        creation is confirmed by a GET anyway: ClusterState.confirm)."""
         with self._writes_lock:
-            written = self._writes.get(key)
-            if written is None or indexed is None:
-                return indexed
-            if _version(indexed) >= _version(written[1]) or time.monotonic() - written[0] > WRITES_KEPT_SECONDS:
-                del self._writes[key]  # the watch has caught up, or never will
-                return indexed
-            return written[1]
+            written = self._writes.get(kind)
+            if not written:
+                return stored
+            now, fresher = time.monotonic(), []
+            for obj in stored:
+                key = None if obj is None else (obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                ours = written.get(key)
+                if ours is None:
+                    fresher.append(obj)
+                elif _version(obj) >= _version(ours[1]) or now - ours[0] > WRITES_KEPT_SECONDS:
+                    del written[key]  # the watch has caught up, or never will
+                    fresher.append(obj)
+                else:
+                    fresher.append(ours[1])
+            return fresher

@@ -6,6 +6,7 @@ labels, because an engine tuned for AMX is not the engine for an AVX2-only machi
 """
 
 import re
+import threading
 from dataclasses import dataclass, field
 
 GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -96,8 +97,39 @@ def _cpu_class_key(labels: dict[str, str]) -> tuple[str, str]:
     return dns_label(f"cpu-{arch}-{vendor}-{level}"), f"{vendor} {arch} CPU ({level})"
 
 
+class _LastDiscovery:
+    """The classes of the last set of nodes seen, by every node's name and resourceVersion: every
+    reconcile discovers the classes (three times, with the admission checks), and at a hundred
+    nodes that is milliseconds each, while the nodes seldom change. Nodes without a
+    resourceVersion (built in tests) are never remembered."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple | None = None
+        self._classes: list[HardwareClass] = []
+
+    def classes(self, nodes: list[dict]) -> list[HardwareClass]:
+        versions = tuple((n["metadata"].get("name"), n["metadata"].get("resourceVersion")) for n in nodes)
+        key = versions if all(version for _, version in versions) else None
+        with self._lock:
+            if key is not None and key == self._key:
+                return list(self._classes)
+        classes = _discover(nodes)
+        if key is not None:
+            with self._lock:
+                self._key, self._classes = key, classes
+        return list(classes)
+
+
+_last = _LastDiscovery()
+
+
 def discover(nodes: list[dict]) -> list[HardwareClass]:
     """Hardware classes present on schedulable nodes, sorted by name."""
+    return _last.classes(nodes)
+
+
+def _discover(nodes: list[dict]) -> list[HardwareClass]:
     groups: dict[str, list[dict]] = {}
     descriptions: dict[str, tuple[str, str]] = {}
     for node in nodes:
