@@ -97,6 +97,7 @@ def inspect_model(
         reason = "UnsupportedOperator" if "No Op registered" in str(e) else "ModelMalformed"
         raise InvalidInput(reason, f"{MODEL_FIELD}: {path.name}: {_first_line(e)}") from e
     initializers = {t.name for t in model.graph.initializer}
+    check_tensor_types(model.graph, initializers)
     inputs = [_tensor(v) for v in model.graph.input if v.name not in initializers]
     outputs = [_tensor(v) for v in model.graph.output]
     if sequence is not None:
@@ -227,6 +228,41 @@ def check_no_state_pair(inputs: list[Tensor], outputs: list[Tensor]) -> None:
             f"spec.serving.sequenceBatching.state: [{{input: {state_in.name}, output: {state_out.name}}}] "
             f"(Triton keeps the state per sequence), or, if each request carries its own state, {UNBATCHED}",
         )
+
+
+def check_tensor_types(graph: onnx.GraphProto, initializers: set[str] = frozenset()) -> None:
+    """Every input and output is a tensor, or UnsupportedTensorType naming the first that is not
+    (skl2onnx's ZipMap output is a sequence of maps): Triton serves tensors only."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for value in values:
+            if value.name in initializers or value.type.WhichOneof("value") == "tensor_type":
+                continue
+            what = _type_name(value.type)
+            hint = ""
+            if what == "a sequence of maps":
+                hint = "; export with zipmap=False (skl2onnx options={id(model): {'zipmap': False}})"
+            raise InvalidInput(
+                "UnsupportedTensorType",
+                f"{MODEL_FIELD}: {kind} {value.name!r} is {what}, not a tensor; Triton serves tensors only{hint}",
+            )
+
+
+def _type_name(type_proto: onnx.TypeProto, plural: bool = False) -> str:
+    """'a sequence of maps', 'a map', 'an optional': what a non-tensor value is, for messages."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"{'sequences' if plural else 'a sequence'} of {_type_name(type_proto.sequence_type.elem_type, True)}"
+    singular, many = _TYPE_NAMES.get(kind, ("an untyped value", "untyped values"))
+    return many if plural else singular
+
+
+_TYPE_NAMES = {
+    "tensor_type": ("a tensor", "tensors"),
+    "sparse_tensor_type": ("a sparse tensor", "sparse tensors"),
+    "map_type": ("a map", "maps"),
+    "optional_type": ("an optional", "optionals"),
+    "opaque_type": ("an opaque value", "opaque values"),
+}
 
 
 def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor], batched: bool = True) -> None:

@@ -102,6 +102,28 @@ def single_op_model(path: Path, op_type: str, *, domain: str = "", opset: int = 
     return _save(model, path)
 
 
+def zipmap_classifier(path: Path) -> Path:
+    """skl2onnx's default classifier head: label[N] and a ZipMap output_probability (a sequence of maps)."""
+    probabilities = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("ArgMax", ["x"], ["label"], axis=1, keepdims=0),
+            helper.make_node("ZipMap", ["x"], ["output_probability"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+        ],
+        "zipmap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+            helper.make_value_info("output_probability", probabilities),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9), helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 4
+    return _save(model, path)
+
+
 def compile_spec(model: Path, registry: Path, **overrides) -> dict:
     """A CompileJobSpec body (camelCase) for a CPU class; overrides replace top-level fields."""
     spec = {

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tensorkiln_compiler.cli import SPEC_ENV, main
 
-from .compiler_support import compile_spec, conv_classifier, serve_registry, single_op_model
+from .compiler_support import compile_spec, conv_classifier, serve_registry, single_op_model, zipmap_classifier
 
 FAST = ["--warmup", "0", "--runs", "3"]
 
@@ -88,6 +88,7 @@ BAD_INPUTS = {
     "opset": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Relu", opset=99), "UnsupportedOpset", "uses opset 99"),
     "operator": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Frob", domain="com.acme"), "UnsupportedOperator", "Frob"),
     "shapes": (lambda tmp, spec: conv_classifier(tmp / "m.onnx", batch=1), "ShapeMismatch", "spec.shapes.batch: 1..4"),
+    "zipmap": (lambda tmp, spec: zipmap_classifier(tmp / "m.onnx"), "UnsupportedTensorType", "output 'output_probability' is a sequence of maps"),
     "empty-calibration": (
         lambda tmp, spec: spec.update(calibration=write_calibration(tmp, x=np.zeros((0, 3, 8, 8), np.float32))),
         "CalibrationDataInvalid", "array 'x' is empty",
