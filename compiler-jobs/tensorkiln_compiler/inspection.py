@@ -69,7 +69,7 @@ class Tensor:
 @dataclass(frozen=True)
 class ModelInfo:
     path: Path
-    opset: int
+    opset: int | None  # the default domain's; None when the model imports only other domains
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     batched: bool = True  # axis 0 of every input and output is the batch axis
@@ -85,8 +85,8 @@ def inspect_model(
     sequence: SequenceBatching | None = None,
 ) -> ModelInfo:
     model = load(path)
-    opset = default_opset(model)
-    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    opset = default_opset(model)  # None: only other domains (ai.onnx.ml), no opset to check
+    if opset is not None and not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise InvalidInput(
             "UnsupportedOpset",
             f"{MODEL_FIELD}: {path.name} uses opset {opset}; supported: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}",
@@ -298,11 +298,13 @@ def load(path: Path) -> onnx.ModelProto:
         raise InvalidInput("ModelMalformed", f"{MODEL_FIELD}: {path.name} is not an ONNX model: {e}") from e
 
 
-def default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The default domain's opset; None when the model imports none (valid ONNX: a classic-ML model of
+    ai.onnx.ml operators only, such as a skl2onnx LinearClassifier)."""
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return entry.version
-    raise InvalidInput("ModelMalformed", f"{MODEL_FIELD}: the model imports no default-domain opset")
+    return None
 
 
 def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes, batched: bool) -> None:

@@ -182,3 +182,41 @@ def serve_registry(root: Path, monkeypatch) -> StandInRegistry:
 def _save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, str(path))
     return path
+
+
+def ml_only_model(path: Path) -> Path:
+    """x[N,4] -> ai.onnx.ml LinearRegressor -> y[N,1], importing ai.onnx.ml only (no default-domain opset)."""
+    node = helper.make_node(
+        "LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml", coefficients=[0.5, -1.0, 2.0, 0.25], intercepts=[0.1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "ml-only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 8
+    return _save(model, path)
+
+
+def tokenizer_model(path: Path) -> Path:
+    """text[N] (STRING) -> ai.onnx.contrib::SentencepieceTokenizer inside an If branch -> ids[N]: a custom
+    operator (onnxruntime-extensions) that onnx.checker accepts and plain onnxruntime cannot load."""
+    branch = helper.make_graph(
+        [helper.make_node("SentencepieceTokenizer", ["text"], ["tokens"], domain="ai.onnx.contrib")],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N"])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["always"], ["ids"], then_branch=branch, else_branch=branch)],
+        "tokenizer",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["N"])],
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+        [numpy_helper.from_array(np.array(True), "always")],
+    )
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)]
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    return _save(model, path)

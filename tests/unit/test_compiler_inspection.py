@@ -3,7 +3,7 @@ from tensorkiln.api import ModelIO, Shapes
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.inspection import inspect_model
 
-from .compiler_support import conv_classifier, single_op_model, zipmap_classifier
+from .compiler_support import conv_classifier, ml_only_model, single_op_model, zipmap_classifier
 
 BATCH = {"min": 1, "opt": 2, "max": 4}
 
@@ -89,6 +89,11 @@ def test_malformed_model(tmp_path):
 def test_unsupported_opset(tmp_path):
     reason, message = reason_and_message(single_op_model(tmp_path / "m.onnx", "Relu", opset=99), shapes())
     assert reason == "UnsupportedOpset" and "opset 99" in message
+
+
+def test_a_model_importing_only_ai_onnx_ml_has_no_default_opset_and_is_accepted(tmp_path):
+    info = inspect_model(ml_only_model(tmp_path / "m.onnx"), shapes(), 2)
+    assert info.opset is None and [t.name for t in info.outputs] == ["y"]
 
 
 def test_unknown_operator(tmp_path):
