@@ -220,3 +220,31 @@ def tokenizer_model(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = 8
     return _save(model, path)
+
+
+def nms_model(path: Path) -> Path:
+    """boxes[N,8,4], scores[N,1,8] -> NonMaxSuppression -> selected_indices[detections, 3]: one row per kept
+    box (image, class, box), so axis 0 is the detections, not the batch, though the graph cannot say so."""
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "keep"], ["selected_indices"])],
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["N", 8, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 1, 8]),
+        ],
+        [helper.make_tensor_value_info("selected_indices", TensorProto.INT64, ["detections", 3])],
+        [numpy_helper.from_array(np.array([100], np.int64), "keep")],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def batch_sum_model(path: Path) -> Path:
+    """x[N,4] -> ReduceSum over the batch (keepdims) -> total[1,4]: axis 0 is 1 whatever the batch."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=1)],
+        "batch-sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
