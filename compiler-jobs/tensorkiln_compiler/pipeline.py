@@ -227,7 +227,7 @@ class _Validator:
             accuracy, rejection = compare(
                 self.reference, outputs, self.ctx.spec.accuracy,
                 samples=self.ctx.dataset.manifest()["validationSamples"], synthetic=self.ctx.dataset.synthetic,
-                batched=self.ctx.dataset.batched,
+                batched=self.ctx.dataset.batched, names=[t.name for t in self.ctx.model.outputs],
             )  # fmt: skip
         except Exception as e:
             log.exception("running %s failed", record.id)

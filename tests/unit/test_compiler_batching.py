@@ -244,3 +244,18 @@ def test_batched_refuses_an_output_whose_axis_0_is_not_the_batch(tmp_path, monke
     message = refusal(lambda: pipeline.run(CompileJobSpec.model_validate(body), tmp_path / "work"))
     assert re.match(f"spec.serving.maxBatchSize: {expected} the reference run: its axis 0 is not the batch;", message)
     assert message.endswith(UNBATCHED) and registry.engines() == []
+
+
+def test_unbatched_detector_compiles_though_its_detections_vary_per_sample(tmp_path, monkeypatch):
+    registry = serve_registry(tmp_path / "registry", monkeypatch)
+    one_image = [{"input": name, "axis": 0, "min": 1, "opt": 1, "max": 1} for name in ("boxes", "scores")]
+    body = compile_spec(
+        nms_model(tmp_path / "m.onnx"), tmp_path / "registry", batched=False,
+        shapes={"dynamicDims": one_image}, objective={"metric": "LatencyP95"},
+    )  # fmt: skip
+    spec = CompileJobSpec.model_validate(body)
+    outcome = pipeline.run(spec, tmp_path / "work", pipeline.Options(BenchmarkPlan(warmup=0, runs=3)))
+    assert registry.engines() == [outcome.payload["engine"]["digest"]]
+    for candidate in outcome.manifest.candidates:
+        assert candidate.status in ("Selected", "Passed"), (candidate.id, candidate.reason)
+        assert candidate.accuracy.max_abs_error == 0
