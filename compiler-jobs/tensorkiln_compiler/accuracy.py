@@ -7,8 +7,11 @@ directly with its tolerance: maxAbsError is the largest |d|; maxRelError is the 
 |d| / |reference| among the elements beyond the absolute limit (0 when none are).
 Cosine similarity is the lowest over outputs; top-1 agreement is measured on outputs shaped
 like class scores ([batch, classes], or unbatched [classes] per sample) and gated only when
-minTop1Agreement is set. Batched feeds' outputs are joined along their batch axis; unbatched ones
-(one sample each, any rank, scalars included) are stacked on a new sample axis.
+minTop1Agreement is set. Outputs are compared feed by feed (a batch, or unbatched one sample of any
+rank, scalars included), so an output whose shape depends on the input (NonMaxSuppression's detections)
+compares sample by sample; the figures pool every feed. A candidate whose output shape differs from
+the reference's on some feed is rejected naming the output and the feed, its figures from the feeds
+that agree in shape.
 """
 
 from __future__ import annotations
@@ -29,25 +32,39 @@ def compare(
     samples: int,
     synthetic: bool,
     batched: bool = True,
+    names: list[str] | None = None,
 ) -> tuple[Accuracy, str | None]:
-    """The figures, and why the candidate is rejected (None when it passes)."""
-    join = np.concatenate if batched else np.stack
+    """The figures, and why the candidate is rejected (None when it passes). `names`: the outputs' names."""
     max_abs = max_rel = 0.0
-    cosines, top1 = [], []
+    cosines, top1, mismatches = [], [], []
     for index in range(len(reference[0])):
-        ref = join([feed[index] for feed in reference]).astype(np.float64)
-        out = join([feed[index] for feed in candidate]).astype(np.float64)
-        if ref.shape != out.shape:
-            raise ValueError(f"output {index} has shape {out.shape}, the reference {ref.shape}")
-        diff = np.nan_to_num(np.abs(out - ref), nan=np.inf)  # a NaN output is infinitely wrong
-        max_abs = max(max_abs, float(diff.max(initial=0.0)))
-        beyond = diff > tolerance.max_abs_error
-        if beyond.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                max_rel = max(max_rel, float(np.max(diff[beyond] / np.abs(ref[beyond]))))
-        cosines.append(_cosine(ref.ravel(), out.ravel()))
-        if ref.ndim == 2 and ref.shape[1] > 1:
-            top1.append(float(np.mean(ref.argmax(axis=1) == out.argmax(axis=1))))
+        name = repr(names[index]) if names else str(index)
+        refs, outs, hits, rows = [], [], 0, 0
+        for feed, (ref_feed, out_feed) in enumerate(zip(reference, candidate, strict=True)):
+            ref = np.asarray(ref_feed[index], np.float64)
+            out = np.asarray(out_feed[index], np.float64)
+            if ref.shape != out.shape:
+                where = f"batch {feed}" if batched else f"sample {feed}"
+                mismatches.append(
+                    f"output {name} has shape {list(out.shape)} on {where}, the reference {list(ref.shape)}"
+                )
+                continue
+            refs.append(ref.ravel())
+            outs.append(out.ravel())
+            diff = np.nan_to_num(np.abs(out - ref), nan=np.inf)  # a NaN output is infinitely wrong
+            max_abs = max(max_abs, float(diff.max(initial=0.0)))
+            beyond = diff > tolerance.max_abs_error
+            if beyond.any():
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    max_rel = max(max_rel, float(np.max(diff[beyond] / np.abs(ref[beyond]))))
+            if batched and ref.ndim == 2 and ref.shape[1] > 1:  # [batch, classes]
+                hits, rows = hits + int(np.sum(ref.argmax(axis=1) == out.argmax(axis=1))), rows + len(ref)
+            elif not batched and ref.ndim == 1 and ref.size > 1:  # [classes], one sample
+                hits, rows = hits + int(ref.argmax() == out.argmax()), rows + 1
+        # No feed agreeing in shape: nothing is similar (the mismatches say why).
+        cosines.append(_cosine(np.concatenate(refs), np.concatenate(outs)) if refs else 0.0)
+        if rows:
+            top1.append(hits / rows)
     accuracy = Accuracy(
         max_abs_error=min(max_abs, LARGEST),
         max_rel_error=min(max_rel, LARGEST),
@@ -56,11 +73,11 @@ def compare(
         samples=samples,
         synthetic_data=synthetic,
     )
-    return accuracy, _rejection(accuracy, tolerance)
+    return accuracy, _rejection(accuracy, tolerance, mismatches)
 
 
-def _rejection(accuracy: Accuracy, tolerance: AccuracyTolerance) -> str | None:
-    problems = []
+def _rejection(accuracy: Accuracy, tolerance: AccuracyTolerance, mismatches: list[str]) -> str | None:
+    problems = mismatches[:1] + ([f"{len(mismatches) - 1} more feeds differ in shape"] if len(mismatches) > 1 else [])
     if not accuracy.max_rel_error <= tolerance.max_rel_error:  # `not <=`: NaN fails too
         problems.append(
             f"elements beyond maxAbsError {tolerance.max_abs_error:g} (max {accuracy.max_abs_error:.3g}) "

@@ -69,7 +69,7 @@ class Tensor:
 @dataclass(frozen=True)
 class ModelInfo:
     path: Path
-    opset: int
+    opset: int | None  # the default domain's; None when the model imports only other domains
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     batched: bool = True  # axis 0 of every input and output is the batch axis
@@ -85,8 +85,8 @@ def inspect_model(
     sequence: SequenceBatching | None = None,
 ) -> ModelInfo:
     model = load(path)
-    opset = default_opset(model)
-    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    opset = default_opset(model)  # None: only other domains (ai.onnx.ml), no opset to check
+    if opset is not None and not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise InvalidInput(
             "UnsupportedOpset",
             f"{MODEL_FIELD}: {path.name} uses opset {opset}; supported: {MIN_OPSET}..{onnx.defs.onnx_opset_version()}",
@@ -97,6 +97,7 @@ def inspect_model(
         reason = "UnsupportedOperator" if "No Op registered" in str(e) else "ModelMalformed"
         raise InvalidInput(reason, f"{MODEL_FIELD}: {path.name}: {_first_line(e)}") from e
     initializers = {t.name for t in model.graph.initializer}
+    check_tensor_types(model.graph, initializers)
     inputs = [_tensor(v) for v in model.graph.input if v.name not in initializers]
     outputs = [_tensor(v) for v in model.graph.output]
     if sequence is not None:
@@ -229,6 +230,41 @@ def check_no_state_pair(inputs: list[Tensor], outputs: list[Tensor]) -> None:
         )
 
 
+def check_tensor_types(graph: onnx.GraphProto, initializers: set[str] = frozenset()) -> None:
+    """Every input and output is a tensor, or UnsupportedTensorType naming the first that is not
+    (skl2onnx's ZipMap output is a sequence of maps): Triton serves tensors only."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for value in values:
+            if value.name in initializers or value.type.WhichOneof("value") == "tensor_type":
+                continue
+            what = _type_name(value.type)
+            hint = ""
+            if what == "a sequence of maps":
+                hint = "; export with zipmap=False (skl2onnx options={id(model): {'zipmap': False}})"
+            raise InvalidInput(
+                "UnsupportedTensorType",
+                f"{MODEL_FIELD}: {kind} {value.name!r} is {what}, not a tensor; Triton serves tensors only{hint}",
+            )
+
+
+def _type_name(type_proto: onnx.TypeProto, plural: bool = False) -> str:
+    """'a sequence of maps', 'a map', 'an optional': what a non-tensor value is, for messages."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"{'sequences' if plural else 'a sequence'} of {_type_name(type_proto.sequence_type.elem_type, True)}"
+    singular, many = _TYPE_NAMES.get(kind, ("an untyped value", "untyped values"))
+    return many if plural else singular
+
+
+_TYPE_NAMES = {
+    "tensor_type": ("a tensor", "tensors"),
+    "sparse_tensor_type": ("a sparse tensor", "sparse tensors"),
+    "map_type": ("a map", "maps"),
+    "optional_type": ("an optional", "optionals"),
+    "opaque_type": ("an opaque value", "opaque values"),
+}
+
+
 def check_declared_io(io: ModelIO, inputs: list[Tensor], outputs: list[Tensor], batched: bool = True) -> None:
     """spec.io as the graph has it: the same names, element types and dims (batched, without the batch
     axis; unbatched, the full shape; a declared -1 matches any size, a declared size one the graph
@@ -262,11 +298,13 @@ def load(path: Path) -> onnx.ModelProto:
         raise InvalidInput("ModelMalformed", f"{MODEL_FIELD}: {path.name} is not an ONNX model: {e}") from e
 
 
-def default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The default domain's opset; None when the model imports none (valid ONNX: a classic-ML model of
+    ai.onnx.ml operators only, such as a skl2onnx LinearClassifier)."""
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return entry.version
-    raise InvalidInput("ModelMalformed", f"{MODEL_FIELD}: the model imports no default-domain opset")
+    return None
 
 
 def _check_dynamic_dims(inputs: list[Tensor], shapes: Shapes, batched: bool) -> None:

@@ -1,6 +1,7 @@
 """The compile, step by step: nothing reaches the registry unless every step before it succeeded.
 
-fetch -> cache lookup -> inspect -> fingerprint -> data -> reference outputs -> candidates
+fetch -> cache lookup -> inspect -> fingerprint -> data -> reference outputs (batched: each output's axis 0
+checked against the batch fed, at two sizes) -> candidates
 (build, validate, benchmark) -> select -> stage the winner's files -> publish.
 """
 
@@ -23,10 +24,10 @@ from .candidates import Build, BuildContext, Runner, Skipped, builder, candidate
 from .candidates import onnxruntime as ort_candidates
 from .candidates import tensorrt as trt_candidates
 from .data import Dataset, load_dataset, synthesize
-from .errors import TensorRTUnavailable
+from .errors import InvalidInput, TensorRTUnavailable
 from .fetch import fetch, verify_digest
 from .fingerprint import fingerprint
-from .inspection import ModelInfo, inspect_model
+from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
 from .selection import select
@@ -201,6 +202,8 @@ class _Validator:
         self.batches = ctx.dataset.batches(ctx.spec.objective.batch_size)
         reference = ort_candidates.reference(ctx.model.path, ctx.threads)
         self.reference = [reference.run(batch) for batch in self.batches]
+        if ctx.model.batched:
+            _check_output_batch_axes(ctx, reference, self.reference[0])
 
     def __call__(
         self, make: Callable[[], Build], compiler: Compiler, precision: Precision, baseline: bool
@@ -224,7 +227,7 @@ class _Validator:
             accuracy, rejection = compare(
                 self.reference, outputs, self.ctx.spec.accuracy,
                 samples=self.ctx.dataset.manifest()["validationSamples"], synthetic=self.ctx.dataset.synthetic,
-                batched=self.ctx.dataset.batched,
+                batched=self.ctx.dataset.batched, names=[t.name for t in self.ctx.model.outputs],
             )  # fmt: skip
         except Exception as e:
             log.exception("running %s failed", record.id)
@@ -236,6 +239,30 @@ class _Validator:
             update = {"status": "RejectedAccuracy", "reason": rejection, "accuracy": accuracy}
             return _logged(record.model_copy(update=update)), None, None
         return record.model_copy(update={"status": "Passed", "accuracy": accuracy}), build, runner
+
+
+def _check_output_batch_axes(ctx: BuildContext, reference: Runner, outputs: list) -> None:
+    """Batched, axis 0 of every output is the batch: on the reference run, at objective.batchSize and at
+    one other size the profile allows, each output has as many rows as the batch fed, or ShapeMismatch
+    naming it. Inspection cannot see this when the graph names no batch symbol on the output, as for
+    NonMaxSuppression's selected_indices [detections, 3]; Triton would split such rows as requests."""
+    size, batch = ctx.spec.objective.batch_size, ctx.spec.shapes.batch
+    other = next((b for b in (1, batch.min, batch.max) if batch.min <= b <= batch.max and b != size), None)
+    runs = [(size, outputs)] + ([(other, reference.run(ctx.dataset.batches(other)[0]))] if other else [])
+    for fed, results in runs:
+        for tensor, result in zip(ctx.model.outputs, results):
+            if result.ndim == 0 or result.shape[0] != fed:
+                found = (
+                    "is a scalar"
+                    if result.ndim == 0
+                    else f"has size {result.shape[0]} on axis 0 (shape {list(result.shape)})"
+                )
+                raise InvalidInput(
+                    "ShapeMismatch",
+                    f"spec.serving.maxBatchSize: output {tensor.name!r} ({tensor.written()}) {found} for a batch of "
+                    f"{fed} on the reference run: its axis 0 is not the batch; axis 0 of every output must be the "
+                    f"batch when serving.maxBatchSize > 0; {UNBATCHED}",
+                )
 
 
 def _logged(record: Candidate) -> Candidate:

@@ -17,7 +17,7 @@ from onnx import version_converter
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from .candidates import BuildContext
+from .candidates import BuildContext, Skipped
 from .inspection import default_opset
 
 QDQ_MIN_OPSET = 13
@@ -29,6 +29,11 @@ def prepared_model(ctx: BuildContext) -> Path:
     """Opset >= 13, shapes inferred, basic optimisations applied: what quantize_static wants."""
     if "prepared" in ctx.cache:
         return ctx.cache["prepared"]
+    if ctx.model.opset is None:
+        raise Skipped(
+            "the model imports no default-domain opset (classic-ML operators only, e.g. ai.onnx.ml): "
+            "Q/DQ INT8 quantizes default-domain operators (Conv, MatMul, Gemm, ...) and it has none"
+        )
     out = ctx.output_dir("variants")
     source = ctx.model.path
     if ctx.model.opset < QDQ_MIN_OPSET:

@@ -102,6 +102,28 @@ def single_op_model(path: Path, op_type: str, *, domain: str = "", opset: int = 
     return _save(model, path)
 
 
+def zipmap_classifier(path: Path) -> Path:
+    """skl2onnx's default classifier head: label[N] and a ZipMap output_probability (a sequence of maps)."""
+    probabilities = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("ArgMax", ["x"], ["label"], axis=1, keepdims=0),
+            helper.make_node("ZipMap", ["x"], ["output_probability"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+        ],
+        "zipmap",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+            helper.make_value_info("output_probability", probabilities),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9), helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 4
+    return _save(model, path)
+
+
 def compile_spec(model: Path, registry: Path, **overrides) -> dict:
     """A CompileJobSpec body (camelCase) for a CPU class; overrides replace top-level fields."""
     spec = {
@@ -160,3 +182,69 @@ def serve_registry(root: Path, monkeypatch) -> StandInRegistry:
 def _save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, str(path))
     return path
+
+
+def ml_only_model(path: Path) -> Path:
+    """x[N,4] -> ai.onnx.ml LinearRegressor -> y[N,1], importing ai.onnx.ml only (no default-domain opset)."""
+    node = helper.make_node(
+        "LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml", coefficients=[0.5, -1.0, 2.0, 0.25], intercepts=[0.1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "ml-only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    model.ir_version = 8
+    return _save(model, path)
+
+
+def tokenizer_model(path: Path) -> Path:
+    """text[N] (STRING) -> ai.onnx.contrib::SentencepieceTokenizer inside an If branch -> ids[N]: a custom
+    operator (onnxruntime-extensions) that onnx.checker accepts and plain onnxruntime cannot load."""
+    branch = helper.make_graph(
+        [helper.make_node("SentencepieceTokenizer", ["text"], ["tokens"], domain="ai.onnx.contrib")],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["N"])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["always"], ["ids"], then_branch=branch, else_branch=branch)],
+        "tokenizer",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["N"])],
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+        [numpy_helper.from_array(np.array(True), "always")],
+    )
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.contrib", 1)]
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    return _save(model, path)
+
+
+def nms_model(path: Path) -> Path:
+    """boxes[N,8,4], scores[N,1,8] -> NonMaxSuppression -> selected_indices[detections, 3]: one row per kept
+    box (image, class, box), so axis 0 is the detections, not the batch, though the graph cannot say so."""
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "keep"], ["selected_indices"])],
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["N", 8, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 1, 8]),
+        ],
+        [helper.make_tensor_value_info("selected_indices", TensorProto.INT64, ["detections", 3])],
+        [numpy_helper.from_array(np.array([100], np.int64), "keep")],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def batch_sum_model(path: Path) -> Path:
+    """x[N,4] -> ReduceSum over the batch (keepdims) -> total[1,4]: axis 0 is 1 whatever the batch."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["total"], keepdims=1)],
+        "batch-sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")],
+    )
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)

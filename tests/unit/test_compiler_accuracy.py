@@ -53,3 +53,26 @@ def test_nan_outputs_are_rejected_and_figures_stay_json_safe():
     accuracy, rejection = check([[1.0, 0.0]], [[np.nan, 0.0]])
     assert rejection and "cosine similarity 0.000000" in rejection
     assert np.isfinite(accuracy.max_abs_error) and np.isfinite(accuracy.max_rel_error)
+
+
+def detections(*counts, shift=0.0):
+    """Unbatched feeds of one output whose rows vary per sample, like NonMaxSuppression's selected_indices."""
+    return [[np.arange(count * 3, dtype=np.float32).reshape(count, 3) + shift] for count in counts]
+
+
+def test_unbatched_outputs_of_varying_shape_compare_sample_by_sample():
+    reference = detections(3, 0, 5)
+    kw = {"samples": 3, "synthetic": False, "batched": False, "names": ["selected_indices"]}
+    accuracy, rejection = compare(reference, detections(3, 0, 5), TOLERANCE, **kw)
+    assert rejection is None and (accuracy.max_abs_error, accuracy.cosine_similarity) == (0, 1)
+    accuracy, rejection = compare(reference, detections(3, 0, 5, shift=1.0), TOLERANCE, **kw)
+    assert accuracy.max_abs_error == 1.0 and "maxRelError" in rejection  # figures pool every sample
+
+
+def test_a_shape_differing_from_the_reference_is_a_graded_rejection_naming_output_and_sample():
+    kw = {"samples": 3, "synthetic": False, "batched": False, "names": ["selected_indices"]}
+    accuracy, rejection = compare(detections(3, 0, 5), detections(3, 1, 4), TOLERANCE, **kw)
+    assert rejection == (
+        "output 'selected_indices' has shape [1, 3] on sample 1, the reference [0, 3]; 1 more feeds differ in shape"
+    )
+    assert accuracy.max_abs_error == 0 and accuracy.cosine_similarity == pytest.approx(1)  # sample 0 agrees

@@ -3,6 +3,8 @@ which takes a scalar: batched (serving.maxBatchSize > 0) it is refused by name; 
 (serving.maxBatchSize 0, CompileJob spec.batched false) it compiles, validates and benchmarks at
 full shapes."""
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto
@@ -17,7 +19,14 @@ from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.fetch import fetch
 from tensorkiln_compiler.inspection import Tensor, check_batch_axes, inspect_model
 
-from .compiler_support import compile_spec, conv_classifier, serve_registry, stateful_model
+from .compiler_support import (
+    batch_sum_model,
+    compile_spec,
+    conv_classifier,
+    nms_model,
+    serve_registry,
+    stateful_model,
+)
 
 DYNAMIC = [
     {"input": "chunk", "axis": 0, "min": 1, "opt": 2, "max": 4},
@@ -213,3 +222,40 @@ def test_unbatched_compile_validates_and_benchmarks_full_shapes(tmp_path, monkey
         assert candidate.status in ("Selected", "Passed"), (candidate.id, candidate.reason)
         assert candidate.accuracy.cosine_similarity > 0.9999 and candidate.accuracy.samples == 4
         assert [b.batch_size for b in candidate.benchmarks] == [1]  # one request, full shapes
+
+
+@pytest.mark.parametrize(
+    ("make", "objective", "expected"),
+    [
+        (  # rows per detection: caught at objective.batchSize already
+            nms_model, 2,
+            r"output 'selected_indices' \(\[detections, 3\]\) has size \d+ on axis 0 \(shape \[\d+, 3\]\) for a batch of 2 on",
+        ),
+        (  # one row whatever the batch: right at batch 1, caught at the profile's other end
+            batch_sum_model, 1, r"output 'total' \(\[1, 4\]\) has size 1 on axis 0 \(shape \[1, 4\]\) for a batch of 4 on",
+        ),
+    ],
+)  # fmt: skip
+def test_batched_refuses_an_output_whose_axis_0_is_not_the_batch(tmp_path, monkeypatch, make, objective, expected):
+    registry = serve_registry(tmp_path / "registry", monkeypatch)
+    body = compile_spec(
+        make(tmp_path / "m.onnx"), tmp_path / "registry", objective={"metric": "LatencyP95", "batchSize": objective}
+    )
+    message = refusal(lambda: pipeline.run(CompileJobSpec.model_validate(body), tmp_path / "work"))
+    assert re.match(f"spec.serving.maxBatchSize: {expected} the reference run: its axis 0 is not the batch;", message)
+    assert message.endswith(UNBATCHED) and registry.engines() == []
+
+
+def test_unbatched_detector_compiles_though_its_detections_vary_per_sample(tmp_path, monkeypatch):
+    registry = serve_registry(tmp_path / "registry", monkeypatch)
+    one_image = [{"input": name, "axis": 0, "min": 1, "opt": 1, "max": 1} for name in ("boxes", "scores")]
+    body = compile_spec(
+        nms_model(tmp_path / "m.onnx"), tmp_path / "registry", batched=False,
+        shapes={"dynamicDims": one_image}, objective={"metric": "LatencyP95"},
+    )  # fmt: skip
+    spec = CompileJobSpec.model_validate(body)
+    outcome = pipeline.run(spec, tmp_path / "work", pipeline.Options(BenchmarkPlan(warmup=0, runs=3)))
+    assert registry.engines() == [outcome.payload["engine"]["digest"]]
+    for candidate in outcome.manifest.candidates:
+        assert candidate.status in ("Selected", "Passed"), (candidate.id, candidate.reason)
+        assert candidate.accuracy.max_abs_error == 0

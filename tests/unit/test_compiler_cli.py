@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from tensorkiln_compiler.cli import SPEC_ENV, main
 
-from .compiler_support import compile_spec, conv_classifier, serve_registry, single_op_model
+from .compiler_support import (
+    compile_spec,
+    conv_classifier,
+    ml_only_model,
+    serve_registry,
+    single_op_model,
+    tokenizer_model,
+    zipmap_classifier,
+)
 
 FAST = ["--warmup", "0", "--runs", "3"]
 
@@ -76,6 +84,18 @@ def test_accuracy_gate_rejects_int8_and_keeps_its_figures(tmp_path, compile, reg
     assert message["selected"] != "onnxruntime-int8"
 
 
+def test_a_model_of_ai_onnx_ml_operators_only_compiles_and_int8_is_skipped(tmp_path, compile, registry):
+    model = ml_only_model(tmp_path / "m.onnx")  # imports ai.onnx.ml only: no default-domain opset
+    code, message = compile(compile_spec(model, tmp_path / "registry", precisions=["FP32", "INT8"]))
+    assert code == 0, message
+    candidates = {c["id"]: c for c in registry.manifest(message["engine"]["digest"])["candidates"]}
+    assert candidates["onnxruntime-fp32"]["status"] in ("Selected", "Passed")
+    int8 = candidates["onnxruntime-int8"]
+    assert int8["status"] == "Failed" and int8["reason"].startswith(
+        "skipped: the model imports no default-domain opset"
+    )
+
+
 def write_calibration(tmp_path, **arrays) -> dict:
     np.savez(tmp_path / "calib.npz", **arrays)
     return {"datasetUri": f"file://{tmp_path}/calib.npz", "samples": 8}
@@ -86,8 +106,10 @@ BAD_INPUTS = {
     "unreachable": (lambda tmp, spec: spec["source"].update(uri=f"file://{tmp}/missing.onnx"), "ModelUnreachable", "spec.source.uri: file://"),
     "malformed": (lambda tmp, spec: (tmp / "m.onnx").write_bytes(b"\x08\x07garbage\xff"), "ModelMalformed", "spec.source.uri: m.onnx"),
     "opset": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Relu", opset=99), "UnsupportedOpset", "uses opset 99"),
-    "operator": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Frob", domain="com.acme"), "UnsupportedOperator", "Frob"),
+    "operator": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Frob", domain="com.acme"), "UnsupportedOperator", "custom operator(s) com.acme::Frob: onnxruntime here registers no such domain"),
+    "custom-domain": (lambda tmp, spec: tokenizer_model(tmp / "m.onnx"), "UnsupportedOperator", "custom operator(s) ai.onnx.contrib::SentencepieceTokenizer: onnxruntime"),
     "shapes": (lambda tmp, spec: conv_classifier(tmp / "m.onnx", batch=1), "ShapeMismatch", "spec.shapes.batch: 1..4"),
+    "zipmap": (lambda tmp, spec: zipmap_classifier(tmp / "m.onnx"), "UnsupportedTensorType", "output 'output_probability' is a sequence of maps"),
     "empty-calibration": (
         lambda tmp, spec: spec.update(calibration=write_calibration(tmp, x=np.zeros((0, 3, 8, 8), np.float32))),
         "CalibrationDataInvalid", "array 'x' is empty",

@@ -3,7 +3,7 @@ from tensorkiln.api import ModelIO, Shapes
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.inspection import inspect_model
 
-from .compiler_support import conv_classifier, single_op_model
+from .compiler_support import conv_classifier, ml_only_model, single_op_model, zipmap_classifier
 
 BATCH = {"min": 1, "opt": 2, "max": 4}
 
@@ -91,6 +91,11 @@ def test_unsupported_opset(tmp_path):
     assert reason == "UnsupportedOpset" and "opset 99" in message
 
 
+def test_a_model_importing_only_ai_onnx_ml_has_no_default_opset_and_is_accepted(tmp_path):
+    info = inspect_model(ml_only_model(tmp_path / "m.onnx"), shapes(), 2)
+    assert info.opset is None and [t.name for t in info.outputs] == ["y"]
+
+
 def test_unknown_operator(tmp_path):
     reason, message = reason_and_message(single_op_model(tmp_path / "m.onnx", "FrobnicateTensor"), shapes())
     assert reason == "UnsupportedOperator" and "FrobnicateTensor" in message
@@ -137,3 +142,23 @@ def test_declared_io_contradicting_the_graph_is_refused_naming_both(tmp_path, de
     with pytest.raises(InvalidInput) as error:
         inspect_model(conv_classifier(tmp_path / "m.onnx"), shapes(), 2, declared)
     assert (error.value.reason, error.value.message) == ("IOMismatch", expected)
+
+
+def test_non_tensor_output_is_refused_with_the_zipmap_hint(tmp_path):
+    reason, message = reason_and_message(zipmap_classifier(tmp_path / "m.onnx"), shapes())
+    assert reason == "UnsupportedTensorType"
+    assert message == (
+        "spec.source.uri: output 'output_probability' is a sequence of maps, not a tensor; Triton serves tensors "
+        "only; export with zipmap=False (skl2onnx options={id(model): {'zipmap': False}})"
+    )
+
+
+def test_type_names_of_non_tensors():
+    from onnx import TensorProto, helper
+    from tensorkiln_compiler.inspection import _type_name
+
+    tensor = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+    assert _type_name(helper.make_sequence_type_proto(tensor)) == "a sequence of tensors"
+    assert _type_name(helper.make_map_type_proto(TensorProto.STRING, tensor)) == "a map"
+    nested = helper.make_sequence_type_proto(helper.make_sequence_type_proto(helper.make_optional_type_proto(tensor)))
+    assert _type_name(nested) == "a sequence of sequences of optionals"

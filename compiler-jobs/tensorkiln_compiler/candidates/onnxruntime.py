@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from tensorkiln.api import Compiler, Precision
 
@@ -55,7 +56,35 @@ def reference(path: Path, threads: int) -> OrtRunner:
     except Exception as e:  # onnxruntime's pybind errors: NotImplemented, InvalidGraph, Fail, ...
         unsupported = type(e).__name__ == "NotImplemented" or any(s in str(e) for s in UNSUPPORTED_OPERATOR)
         reason = "UnsupportedOperator" if unsupported else "ModelMalformed"
-        raise InvalidInput(reason, f"{MODEL_FIELD}: onnxruntime cannot load {path.name}: {e}") from e
+        custom = unregistered_operators(path) if unsupported else []
+        named = (
+            f"custom operator(s) {', '.join(custom)}: onnxruntime here registers no such domain (custom "
+            "operators need their own library, e.g. onnxruntime-extensions, which neither this compiler nor "
+            "Triton's onnxruntime backend loads); "
+            if custom
+            else ""
+        )
+        raise InvalidInput(reason, f"{MODEL_FIELD}: onnxruntime cannot load {path.name}: {named}{e}") from e
+
+
+def unregistered_operators(path: Path) -> list[str]:
+    """DOMAIN::OP for each operator (subgraphs included) whose domain has no onnxruntime kernels here and
+    no model-local function: e.g. ai.onnx.contrib::SentencepieceTokenizer (onnxruntime-extensions)."""
+    try:
+        from onnxruntime.capi.onnxruntime_pybind11_state import get_all_opkernel_def
+
+        model = onnx.load(str(path), load_external_data=False)
+        known = {"", "ai.onnx"} | {k.domain for k in get_all_opkernel_def()} | {f.domain for f in model.functions}
+    except Exception:  # a build without the kernel registry, or a file onnx cannot read: nothing to add
+        return []
+    found: dict[str, None] = {}
+    graphs = [model.graph]
+    while graphs:
+        for node in graphs.pop().node:
+            if node.domain not in known:
+                found[f"{node.domain}::{node.op_type}"] = None
+            graphs += [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
+    return list(found)
 
 
 def baseline(ctx: BuildContext) -> Build:

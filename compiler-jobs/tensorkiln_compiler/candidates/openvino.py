@@ -1,9 +1,10 @@
 """OpenVINO candidates: the ONNX converted to IR (model.xml + model.bin) for this CPU.
 
-The IR's input shapes are bounded to spec.shapes. FP32 forces INFERENCE_PRECISION_HINT=f32,
-because OpenVINO otherwise computes in BF16 on CPUs that have it (AMX, AVX512-BF16); INT8 is
-NNCF post-training quantization (MIXED preset) on the calibration set, the rest of the graph in the CPU's
-default precision. The precision the CPU actually uses is read back and recorded.
+The IR's input shapes are bounded to spec.shapes, given to the converter (not reshaped after).
+FP32 forces INFERENCE_PRECISION_HINT=f32, because OpenVINO otherwise computes in BF16 on CPUs that
+have it (AMX, AVX512-BF16); INT8 is NNCF post-training quantization (MIXED preset) on the calibration
+set, the rest of the graph in the CPU's default precision. The precision the CPU actually uses is read
+back and recorded.
 """
 
 from __future__ import annotations
@@ -40,14 +41,7 @@ def build(ctx: BuildContext, precision: Precision) -> Build:
         raise Skipped(
             f"this CPU has no {precision.value} kernels (OpenVINO CPU capabilities: {', '.join(capabilities)})"
         )
-    model = ov.convert_model(str(ctx.model.path))
-    # Bounded dynamic shapes: the engine accepts exactly spec.shapes, and the CPU plugin can plan for it.
-    model.reshape(
-        {
-            t.name: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in zip(t.profile[0], t.profile[2])])
-            for t in ctx.model.inputs
-        }
-    )
+    model = ov.convert_model(str(ctx.model.path), input=input_shapes(ctx))
     settings: dict = {"device": DEVICE}
     if precision == Precision.INT8:
         model, settings["quantization"] = _quantize(model, ctx)
@@ -67,6 +61,17 @@ def build(ctx: BuildContext, precision: Precision) -> Build:
         settings=settings,
         open=lambda: OvRunner(compiled, output_names),
     )
+
+
+def input_shapes(ctx: BuildContext) -> dict[str, ov.PartialShape]:
+    """Each input's profile as bounded dimensions (static where min == max, a scalar as []), given at
+    conversion rather than by reshape afterwards: the ONNX frontend then knows every rank while it
+    converts, which graphs with If/Loop/LSTM or Squeeze need ("rank has to be known (static)"); and the
+    engine accepts exactly spec.shapes, which the CPU plugin can plan for."""
+    return {
+        t.name: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in zip(t.profile[0], t.profile[2])])
+        for t in ctx.model.inputs
+    }
 
 
 def _quantize(model: ov.Model, ctx: BuildContext) -> tuple[ov.Model, dict]:

@@ -15,7 +15,7 @@ MODELS below, and what each covers (each RealModel's `category` and `quirks` say
   (its selected indices have no batch axis: served unbatched)
 - layout-cdla: PicoDet document-layout detector, all static, 8 outputs
 - digits-mlp-opset9: scikit-learn MLP converted by skl2onnx at opset 9 (ai.onnx.ml ops); the -zipmap
-  variant has a sequence(map) output: not a tensor, refused (today only at run time)
+  variant has a sequence(map) output: not a tensor, refused at inspection
 
 Inputs: text is tokenised sentences (bert-base-uncased WordPiece ids, embedded below: the vocab is
 not needed at run time); audio is formant-synthesised speech between stretches of near-silence,
@@ -632,8 +632,8 @@ NUDENET_320N_NMS = RealModel(
     quirks="selected_indices [detections, 3] INT64: data-dependent, no batch axis; boxes/scores stay batch-first",
     source=None,
     derive=derive_nudenet_nms,
-    # Unbatched: selected_indices has no batch axis, so Triton must not batch. Batched, the compiler accepts it
-    # today (its axis 0 'detections' carries no input's batch symbol), which Triton would then split wrongly.
+    # Unbatched: selected_indices has no batch axis, so Triton must not batch. Batched, the reference run finds
+    # that its axis 0 is not the batch fed and the compile is refused.
     batched=False,
     shapes={
         "dynamicDims": [
@@ -642,9 +642,12 @@ NUDENET_320N_NMS = RealModel(
     },
     samples=detector_samples(_CACHE, 320, batched=False),
     notes={
-        "today": "unbatched, every candidate, the baseline too, fails 'run failed: ValueError: all input arrays must "
-        "have the same shape' (accuracy stacks per-sample outputs; the detection count differs per image): "
-        "NoCandidatePassed, exit 1. Batched (shapes of nudenet-320n) it compiles and would be served wrongly.",
+        "batched refusal": (  # with the shapes of nudenet-320n; the size is the first calibration image's count
+            "ShapeMismatch",
+            "spec.serving.maxBatchSize: output 'selected_indices' ([detections, 3]) has size 0 on axis 0 (shape "
+            "[0, 3]) for a batch of 1 on the reference run: its axis 0 is not the batch; axis 0 of every output "
+            "must be the batch when serving.maxBatchSize > 0; set spec.serving.maxBatchSize: 0 to serve full shapes",
+        ),
     },
     calibration_samples=16,
     accuracy=NUDENET_320N.accuracy,
@@ -683,9 +686,11 @@ DIGITS_MLP_ZIPMAP = RealModel(
     shapes={"batch": {"min": 1, "opt": 16, "max": 64}},
     samples=digits_samples,
     batch_size=16,
-    # Not refused at inspection today: every candidate fails at run time ("run failed: TypeError: float()
-    # argument must be a string or a real number, not 'dict'") and the compile ends NoCandidatePassed, exit 1.
-    refusal=None,
+    refusal=(
+        "UnsupportedTensorType",
+        "spec.source.uri: output 'output_probability' is a sequence of maps, not a tensor; Triton serves tensors "
+        "only; export with zipmap=False (skl2onnx options={id(model): {'zipmap': False}})",
+    ),
 )
 
 MODELS: tuple[RealModel, ...] = (
