@@ -176,13 +176,15 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
 def _benchmark(
     ctx: BuildContext, runners: dict[str, Runner], plan: BenchmarkPlan
 ) -> tuple[dict[str, list[Benchmark]], dict[str, str]]:
-    """At objective.batchSize, then at batch 1 (unbatched, objective.batchSize is 1: one request of full
-    shapes): candidate id -> benchmarks, and id -> why it failed."""
+    """At objective.batchSize, then at the smallest batch the engines take (shapes.batch.min: a
+    lone request's latency; unbatched, objective.batchSize is 1: one request of full shapes):
+    candidate id -> benchmarks, and id -> why it failed."""
     size = ctx.spec.objective.batch_size
+    smallest = ctx.spec.shapes.batch.min if ctx.model.batched else 1
     results: dict[str, list[Benchmark]] = {}
     failures: dict[str, str] = {}
     live = dict(runners)
-    for batch in [size] if size == 1 else [size, 1]:
+    for batch in [size] if size == smallest else [size, smallest]:
         measured, errors = measure_all(live, ctx.dataset.batches(batch)[0], batch, plan, ctx.threads)
         for id, error in errors.items():
             log.error("benchmarking %s at batch %d failed: %s", id, batch, error)

@@ -167,12 +167,11 @@ def check_hardware(spec: dict, nodes: list[dict]) -> list[Finding]:
 
 
 def single_request_p95(manifest) -> float | None:
-    """The selected candidate's p95 at batch size 1, in milliseconds, from an engine manifest."""
+    """The selected candidate's p95 at the smallest batch it was benchmarked at (1, or the engine's
+    shapes.batch.min), in milliseconds, from an engine manifest."""
     winner = next((c for c in manifest.candidates if c.id == manifest.selection.winner), None)
-    for benchmark in winner.benchmarks if winner else ():
-        if benchmark.batch_size == 1:
-            return benchmark.p95_ms
-    return None
+    smallest = min(winner.benchmarks if winner else (), key=lambda b: b.batch_size, default=None)
+    return None if smallest is None else smallest.p95_ms
 
 
 def check_slo_target(spec: dict, measured: dict[str, float]) -> list[Finding]:
