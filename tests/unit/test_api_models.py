@@ -60,6 +60,7 @@ def test_slo_defaults():
     slo = InferenceModelSpec.model_validate(spec_with(**{"slo.targetMilliseconds": 25})).slo
     assert (slo.percentile, slo.min_replicas, slo.max_replicas, slo.mode) == ("p95", 1, 10, "Operator")
     assert (slo.scale_up_stabilization_seconds, slo.scale_down_stabilization_seconds) == (0, 300)
+    assert slo.placement == "PerClass"
 
 
 def test_camel_case_round_trip():
@@ -159,6 +160,11 @@ def test_python_names_are_accepted_too():
             "spec.slo.minReplicas: minReplicas must be <= maxReplicas",
         ),
         ({"slo": {"targetMilliseconds": 0}}, "spec.slo.targetMilliseconds"),
+        (
+            {"slo": {"targetMilliseconds": 20, "mode": "HPA", "placement": "LeastCost"}},
+            "spec.slo.placement: placement LeastCost needs mode: Operator",
+        ),
+        ({"slo": {"targetMilliseconds": 20, "placement": "Cheapest"}}, "spec.slo.placement"),
         (
             {
                 "hardware.mode": "Explicit",

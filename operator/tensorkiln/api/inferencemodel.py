@@ -77,6 +77,20 @@ class ScalingMode(StrEnum):
     HPA = "HPA"
 
 
+class PlacementPolicy(StrEnum):
+    """How a model's load is placed across its hardware classes."""
+
+    PER_CLASS = "PerClass"
+    LEAST_COST = "LeastCost"
+
+
+class CapacitySource(StrEnum):
+    """Where a target's capacity per replica comes from."""
+
+    MEASURED_AT_COMPILE = "MeasuredAtCompile"
+    OBSERVED = "Observed"
+
+
 class InferenceModelPhase(StrEnum):
     """Summary of an InferenceModel's lifecycle."""
 
@@ -365,6 +379,12 @@ class SLO(SpecModel):
             "must be <= maxReplicas",
             lambda s: s.max_replicas is None or s.min_replicas <= s.max_replicas,
         ),
+        Rule(
+            "placement",
+            "self.placement != 'LeastCost' || self.mode == 'Operator'",
+            "LeastCost needs mode: Operator (a HorizontalPodAutoscaler scales each class alone)",
+            lambda s: s.placement != PlacementPolicy.LEAST_COST or s.mode == ScalingMode.OPERATOR,
+        ),
     )
 
     percentile: Percentile = Field(Percentile.P95, description="Latency percentile the target applies to.")
@@ -404,6 +424,19 @@ class SLO(SpecModel):
         description=(
             "Operator: the operator scales replicas from Triton metrics. HPA: a "
             "HorizontalPodAutoscaler is created instead."
+        ),
+    )
+    placement: PlacementPolicy = Field(
+        PlacementPolicy.PER_CLASS,
+        description=(
+            "How the load is placed across the hardware classes. PerClass: each class's replicas are scaled "
+            "alone on its own latency. LeastCost (mode Operator only): the model is served as a whole, with the "
+            "replicas per class that carry the request rate, at each class's capacity per replica, for the "
+            "least cost per hour, from the tensorkiln.dev/price-per-hour annotation of the classes' Nodes (the "
+            "hourly price of one GPU, or of one CPU core); a class whose pool is full is kept at what it runs "
+            "and the rest spills to the next-cheapest class. minReplicas and maxReplicas still bound each "
+            "class: minReplicas 0 lets a class go unused. Without a price on every class, the fewest replicas "
+            "that carry the load."
         ),
     )
 
@@ -561,6 +594,38 @@ class TargetSLOStatus(KubeModel):
     last_scale_time: datetime | None = Field(
         None, description="When replicas last changed for the SLO (RFC 3339); the cooldown counts from it."
     )
+    capacity_per_replica: float | None = Field(
+        None,
+        ge=0,
+        description="Requests per second one replica sustains with the latency percentile under target.",
+    )
+    capacity_source: CapacitySource | None = Field(
+        None,
+        description=(
+            "Where capacityPerReplica comes from: MeasuredAtCompile (the compile benchmark at the served "
+            "settings) or Observed (Triton's metrics while latency was near target)."
+        ),
+    )
+    replica_price_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Price of one replica-hour: the class's price per GPU, or per CPU core times the replica's CPU "
+            "request. Unset: the class has no price."
+        ),
+    )
+    load_share: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "Share of the model's load placed on this target (spec.slo.placement LeastCost): its replicas' "
+            "capacity over the model's, 0 to 1."
+        ),
+    )
+    cost_per_hour: float | None = Field(
+        None, ge=0, description="What this target's replicas cost an hour: replicas times replicaPricePerHour."
+    )
 
 
 class TargetStatus(KubeModel):
@@ -577,6 +642,19 @@ class TargetStatus(KubeModel):
     compile_job: str | None = Field(None, description="Name of the class's current CompileJob.")
     compile_phase: CompileJobPhase | None = Field(None, description="Phase of that CompileJob.")
     engine: EngineRef | None = Field(None, description="Engine being served on the class.")
+    price_per_hour: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Hourly price of one GPU (GPU classes) or one CPU core (CPU classes), from the "
+            "tensorkiln.dev/price-per-hour annotation of the class's Nodes. Unset: no price."
+        ),
+    )
+    price_error: str | None = Field(
+        None,
+        max_length=1024,
+        description="Why the class has no price although its Nodes carry one: the node and its value.",
+    )
     replicas: int = Field(0, ge=0, description="Serving replicas of the class.")
     ready_replicas: int = Field(0, ge=0, description="Serving replicas that are ready.")
     slo: TargetSLOStatus | None = Field(None, description="The SLO scaler's view of this target, when spec.slo is set.")
@@ -603,6 +681,11 @@ class InferenceModelStatus(KubeModel):
     slo_summary: str | None = Field(
         None, description='Worst target\'s latency against the SLO for kubectl, such as "p95 12.3/50 ms".'
     )
+    cost_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="What the model's serving replicas cost an hour, over all targets. Unset: a target has no price.",
+    )
 
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
@@ -626,6 +709,7 @@ INFERENCE_MODEL = CustomResource(
         PrinterColumn("Ready", "string", f"{_READY}.status", "Ready condition status."),
         PrinterColumn("Reason", "string", f"{_READY}.reason", "Why the model is or is not Ready."),
         PrinterColumn("Latency", "string", ".status.sloSummary", "Observed latency against the SLO target."),
+        PrinterColumn("Cost/h", "number", ".status.costPerHour", "What the serving replicas cost an hour."),
         AGE_COLUMN,
     ),
 )

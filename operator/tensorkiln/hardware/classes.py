@@ -9,6 +9,8 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from tensorkiln.hardware.prices import class_price
+
 GPU_PRODUCT = "nvidia.com/gpu.product"
 ARCH = "kubernetes.io/arch"
 CPU_VENDOR = "feature.node.kubernetes.io/cpu-model.vendor_id"
@@ -40,6 +42,10 @@ class HardwareClass:
     nodes: tuple[str, ...] = ()
     simulated: bool = False  # every node of the class is simulated by kwok
     labels: dict[str, str] = field(default_factory=dict)  # fingerprint labels of a sample node
+    # Hourly price of one GPU (GPU class) or CPU core (CPU class), from its nodes' price annotation
+    # (tensorkiln.hardware.prices); None: no price, or a bad one, and then price_error says why.
+    price_per_hour: float | None = None
+    price_error: str | None = None
 
     def node_affinity(self) -> dict | None:
         """Required node affinity for what nodeSelector cannot say (absent labels)."""
@@ -147,6 +153,7 @@ def _build_class(name: str, kind: str, product: str, members: list[dict]) -> Har
     sample = node_labels(members[0])
     node_names = tuple(sorted(n["metadata"]["name"] for n in members))
     simulated = all(is_simulated(n) for n in members)
+    price, price_error = class_price(members)
     if kind == "GPU":
         fingerprint = {k: v for k, v in sample.items() if k.startswith(("nvidia.com/gpu.", "nvidia.com/cuda."))}
         return HardwareClass(
@@ -158,6 +165,8 @@ def _build_class(name: str, kind: str, product: str, members: list[dict]) -> Har
             nodes=node_names,
             simulated=simulated,
             labels=fingerprint,
+            price_per_hour=price,
+            price_error=price_error,
         )
     level = cpu_isa_level(sample)
     selector = {ARCH: sample.get(ARCH, "amd64")}
@@ -177,4 +186,6 @@ def _build_class(name: str, kind: str, product: str, members: list[dict]) -> Har
         nodes=node_names,
         simulated=simulated,
         labels={k: v for k, v in sample.items() if k.startswith(CPUID) or k in (ARCH, CPU_VENDOR)},
+        price_per_hour=price,
+        price_error=price_error,
     )

@@ -10,6 +10,7 @@ from tensorkiln.hardware.classes import (
     is_simulated,
     node_labels,
 )
+from tensorkiln.hardware.prices import class_price
 
 
 def _selector_matches(selector: dict[str, str], node: dict) -> bool:
@@ -42,6 +43,7 @@ def select_explicit(hardware: dict, nodes: list[dict]) -> list[HardwareClass]:
         tolerations = tuple(pool.get("tolerations", []))
         if pool["kind"] == "GPU" and not tolerations:
             tolerations = (GPU_TOLERATION,)
+        price, price_error = class_price(members)
         targets.append(
             HardwareClass(
                 name=dns_label(pool["name"]),
@@ -52,6 +54,8 @@ def select_explicit(hardware: dict, nodes: list[dict]) -> list[HardwareClass]:
                 tolerations=tolerations,
                 nodes=tuple(sorted(n["metadata"]["name"] for n in members)),
                 simulated=bool(members) and all(is_simulated(n) for n in members),
+                price_per_hour=price,
+                price_error=price_error,
             )
         )
     return targets
