@@ -489,3 +489,11 @@ def test_judge_never_answers_with_a_raw_exception():
     (warning,) = warnings
     assert "400 Bad Request: unable to parse requirement" in warning and "HTTPHeaderDict" not in warning
     assert "SpecValid" in warning
+
+
+def test_least_cost_placement_is_admitted_with_a_warning_that_it_is_not_acted_on_yet():
+    spec = {"slo": {"placement": "LeastCost", "mode": "Operator"}}
+    (finding,) = checks.check_placement(spec)
+    assert not finding.is_error and finding.reason == "PlacementNotActedOn"
+    assert finding.message.startswith("spec.slo.placement: LeastCost is not acted on yet")
+    assert checks.check_placement({"slo": {"placement": "PerClass"}}) == [] and checks.check_placement({}) == []

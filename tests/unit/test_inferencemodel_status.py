@@ -167,3 +167,15 @@ def test_a_change_of_phase_is_an_event_in_the_words_of_ready():
     assert phase_event({"phase": "Ready"}, new) is None  # no change, no event
     failed = {"phase": "Failed", "conditions": [ready | {"status": "False", "reason": "CompileFailed", "message": "x"}]}
     assert phase_event(new, failed) == ("Warning", "Failed", "CompileFailed: x")
+
+
+def test_a_targets_price_or_why_it_has_none_is_in_its_entry():
+    priced = HardwareClass(name="l4", kind="GPU", product="NVIDIA-L4", node_selector={}, nodes=("n",),
+                           price_per_hour=0.8)  # fmt: skip
+    broken = HardwareClass(name="a100", kind="GPU", product="A100", node_selector={}, nodes=("m",),
+                           price_error="node m: tensorkiln.dev/price-per-hour 'abc' is not a positive number")  # fmt: skip
+    model = {"metadata": {"generation": 1}, "spec": {}}
+    status = inference_model_status(model, [priced, broken], {}, {}, {}, [], str, datetime.now(UTC))
+    entries = {e["hardwareClass"]: e for e in status["targets"]}
+    assert entries["l4"]["pricePerHour"] == 0.8 and "priceError" not in entries["l4"]
+    assert "'abc' is not a positive number" in entries["a100"]["priceError"] and "pricePerHour" not in entries["a100"]

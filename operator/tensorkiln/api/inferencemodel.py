@@ -436,7 +436,8 @@ class SLO(SpecModel):
             "hourly price of one GPU, or of one CPU core); a class whose pool is full is kept at what it runs "
             "and the rest spills to the next-cheapest class. minReplicas and maxReplicas still bound each "
             "class: minReplicas 0 lets a class go unused. Without a price on every class, the fewest replicas "
-            "that carry the load."
+            "that carry the load. Not acted on yet: LeastCost is admitted with a warning (SpecValid reason "
+            "PlacementNotActedOn) and every class still scales as under PerClass."
         ),
     )
 

@@ -19,6 +19,10 @@ def _target_entry(
         "nodeCount": len(target.nodes),
         "simulated": target.simulated,
     }
+    if target.price_per_hour is not None:
+        entry["pricePerHour"] = target.price_per_hour
+    if target.price_error:
+        entry["priceError"] = target.price_error[:1024]
     if compile_job is not None:
         entry["compileJob"] = compile_job["metadata"]["name"]
         entry["compilePhase"] = compile_job.get("status", {}).get("phase", "Pending")
