@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             "hardware_compatibility": args.trt_hardware_compatibility,
             "version_compatible": args.trt_version_compatible,
         },
+        tune_runtime_settings=not args.no_runtime_settings_tuning,
     )
     try:
         payload, code = pipeline.run(load_spec(args.spec), args.work_dir, options).payload, EXIT_OK
@@ -80,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=BenchmarkPlan.runs, help="benchmark timed runs per batch size")
     parser.add_argument(
         "--time-cap", type=float, default=BenchmarkPlan.time_cap_s, help="seconds per candidate and batch size"
+    )
+    parser.add_argument(
+        "--no-runtime-settings-tuning",
+        action="store_true",
+        help="skip the tuning stage: every candidate keeps its compiler's default runtime settings",
     )
     parser.add_argument("--trt-hardware-compatibility", choices=sorted(HARDWARE_COMPATIBILITY), default="none")
     parser.add_argument("--trt-version-compatible", action="store_true", help="plans newer TensorRT runtimes can load")

@@ -2,7 +2,18 @@
 
 fetch -> cache lookup -> inspect -> fingerprint -> data -> reference outputs (batched: each output's axis 0
 checked against the batch fed, at two sizes) -> candidates
-(build, validate, benchmark) -> select -> stage the winner's files -> publish.
+(build, validate, benchmark) -> tune runtime settings -> select -> stage the winner's files -> publish.
+
+Tuning runtime settings (Options.tune_runtime_settings): every (compiler, precision) candidate is built
+with its compiler's default runtime settings. Trying every setting on every candidate would multiply
+the compile time, so only the best passing candidate of each compiler (by the objective, the baseline
+aside) gets its settings variants (Build.variants: OpenVINO's THROUGHPUT hint and streams,
+onnxruntime's intra-op threads and graph-optimisation level). Each variant is validated like any
+candidate (the same accuracy gate: the runs are cheap next to a build, and threads or another
+optimisation level reorder floating-point sums), then benchmarked interleaved with the candidate it
+varies, which is re-measured with them so the two are compared under the same load; its figures
+replace the first round's. Selection then takes a variant only when it beats its default settings
+beyond the overlap of their intervals (selection.select).
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from .fingerprint import fingerprint
 from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
-from .selection import select
+from .selection import best_per_compiler, select
 
 log = logging.getLogger(__name__)
 MAX_REASON = 600  # candidate reasons live in the manifest, not the termination message, but stay short
@@ -40,6 +51,7 @@ MAX_REASON = 600  # candidate reasons live in the manifest, not the termination 
 class Options:
     benchmark: BenchmarkPlan = field(default_factory=BenchmarkPlan)
     trt: dict = field(default_factory=dict)  # tensorrt.plan_build keyword options
+    tune_runtime_settings: bool = True  # the tuning stage (module docstring)
 
 
 @dataclass(frozen=True)
@@ -87,7 +99,7 @@ def run(
     )
     if Compiler.TENSORRT in spec.compilers and ctx.gpu_class:
         trt_candidates.require(ctx)  # fail before minutes of other candidates, never fall back
-    candidates, builds = _evaluate_all(ctx, options.benchmark)
+    candidates, builds = _evaluate_all(ctx, options.benchmark, options.tune_runtime_settings)
     selection = select(candidates, spec.objective)
     candidates = [c.model_copy(update={"status": "Selected"}) if c.id == selection.winner else c for c in candidates]
     winner = builds[selection.winner]
@@ -143,8 +155,11 @@ def _precisions(ctx: BuildContext) -> list[Precision]:
     return found
 
 
-def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidate], dict[str, Build]]:
-    """Validate the baseline and every (compiler, precision) pair, then benchmark the survivors together."""
+def _evaluate_all(
+    ctx: BuildContext, plan: BenchmarkPlan, tune: bool = True
+) -> tuple[list[Candidate], dict[str, Build]]:
+    """Validate the baseline and every (compiler, precision) pair, benchmark the survivors together, then
+    (`tune`) the runtime-settings variants of each compiler's best with it."""
     validate = _Validator(ctx)
     records, builds, runners = [], {}, {}
     try:
@@ -158,11 +173,20 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
             if runner:
                 builds[record.id], runners[record.id] = build, runner
         benchmarks, failures = _benchmark(ctx, runners, plan)
+        done = _measured(records, benchmarks, failures)
+        if tune:
+            done = _tune(ctx, validate, done, builds, runners, plan)
     finally:
         for runner in runners.values():
             runner.close()
+    measured = {record.id for record in done if record.status == "Passed"}
+    return done, {id: build for id, build in builds.items() if id in measured}
+
+
+def _measured(records: list[Candidate], benchmarks: dict, failures: dict) -> list[Candidate]:
+    """Validated records with their benchmarks, or why benchmarking failed."""
     done = []
-    for record in records:  # validated ones get their benchmarks, or why benchmarking failed
+    for record in records:
         if record.id in benchmarks:
             record = _logged(record.model_copy(update={"benchmarks": benchmarks[record.id]}))
         elif record.id in failures:
@@ -170,7 +194,47 @@ def _evaluate_all(ctx: BuildContext, plan: BenchmarkPlan) -> tuple[list[Candidat
                 record.model_copy(update={"status": "Failed", "reason": f"benchmark failed: {failures[record.id]}"})
             )
         done.append(record)
-    return done, {id: build for id, build in builds.items() if id in benchmarks}
+    return done
+
+
+def _tune(
+    ctx: BuildContext,
+    validate: _Validator,
+    done: list[Candidate],
+    builds: dict[str, Build],
+    runners: dict[str, Runner],
+    plan: BenchmarkPlan,
+) -> list[Candidate]:
+    """The tuning stage (module docstring): `done` with each compiler's best re-measured and its settings
+    variants appended. Opened variants join `builds` and `runners` (closed by the caller)."""
+    group, added = {}, []
+    for parent in best_per_compiler(done, ctx.spec.objective):
+        build = builds[parent.id]
+        if build.variants is None:
+            continue
+        try:
+            made = build.variants()
+        except Exception as e:  # the default settings stand; nothing else is lost
+            log.exception("building the settings variants of %s failed", parent.id)
+            ctx.record(f"runtime-settings variants of {parent.id} not tried: {type(e).__name__}: {e}")
+            continue
+        group[parent.id] = runners[parent.id]
+        for variant in made:
+            record, opened, runner = validate(lambda v=variant: v, build.compiler, build.precision, False,
+                                              variant.variant)  # fmt: skip
+            added.append(record)
+            if runner:
+                builds[record.id], runners[record.id] = opened, runner
+                group[record.id] = runner
+    if not any(builds[id].variant for id in group):
+        return done + added  # no variant passed validation: nothing to compare
+    log.info("tuning runtime settings: benchmarking %s", ", ".join(group))
+    benchmarks, failures = _benchmark(ctx, group, plan)
+    # A re-measured candidate takes its new figures; one that failed this time keeps the first round's.
+    remeasured = [
+        _logged(r.model_copy(update={"benchmarks": benchmarks[r.id]})) if r.id in benchmarks else r for r in done
+    ]
+    return remeasured + _measured(added, benchmarks, failures)
 
 
 def _benchmark(
@@ -208,9 +272,9 @@ class _Validator:
             _check_output_batch_axes(ctx, reference, self.reference[0])
 
     def __call__(
-        self, make: Callable[[], Build], compiler: Compiler, precision: Precision, baseline: bool
+        self, make: Callable[[], Build], compiler: Compiler, precision: Precision, baseline: bool, variant: str = ""
     ) -> tuple[Candidate, Build | None, Runner | None]:
-        record = Candidate(id=candidate_id(compiler, precision, baseline), compiler=compiler.value,
+        record = Candidate(id=candidate_id(compiler, precision, baseline, variant), compiler=compiler.value,
                            precision=precision.value, baseline=baseline, status="Failed")  # fmt: skip
         try:
             build = make()

@@ -3,6 +3,11 @@
 A builder raises Skipped when a precision does not apply to this hardware (recorded with the
 reason); any other exception fails only that candidate, except TensorRTUnavailable, which
 fails the whole compile.
+
+A Build may offer runtime-settings variants of itself (`Build.variants`): the same engine run with
+other settings the server can be configured with (OpenVINO's performance hint and streams,
+onnxruntime's intra-op threads and graph-optimisation level). The pipeline's tuning stage builds
+them for the best candidate of each compiler only; their ids are the engine's plus `+variant`.
 """
 
 from __future__ import annotations
@@ -76,14 +81,27 @@ class Build:
     settings: dict  # what the server must configure to run the engine as measured
     open: Callable[[], Runner]
     baseline: bool = False
+    variant: str = ""  # a runtime-settings variant of another Build's engine: e.g. "throughput-2streams"
+    # The runtime-settings variants of this engine, built on demand (the tuning stage); None: it has none.
+    variants: Callable[[], list[Build]] | None = None
 
     @property
     def id(self) -> str:
-        return candidate_id(self.compiler, self.precision, self.baseline)
+        return candidate_id(self.compiler, self.precision, self.baseline, self.variant)
 
 
-def candidate_id(compiler: Compiler, precision: Precision, baseline: bool = False) -> str:
-    return "baseline" if baseline else f"{compiler.value.lower()}-{precision.value.lower()}"
+def candidate_id(compiler: Compiler, precision: Precision, baseline: bool = False, variant: str = "") -> str:
+    """`baseline`, `openvino-bf16`, or a settings variant of one: `openvino-bf16+throughput-2streams`."""
+    engine = "baseline" if baseline else f"{compiler.value.lower()}-{precision.value.lower()}"
+    return f"{engine}{VARIANT_SEPARATOR}{variant}" if variant else engine
+
+
+VARIANT_SEPARATOR = "+"
+
+
+def default_settings_of(candidate_id: str) -> str:
+    """The id of the candidate a settings variant varies (itself when it is none)."""
+    return candidate_id.split(VARIANT_SEPARATOR, 1)[0]
 
 
 def builder(compiler: Compiler) -> Callable[[BuildContext, Precision], Build]:

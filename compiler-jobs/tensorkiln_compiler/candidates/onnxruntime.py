@@ -3,6 +3,13 @@
 Candidates bake ORT_ENABLE_ALL graph optimisations into a saved model
 (SessionOptions.optimized_model_filepath): the served file is already optimised for this
 hardware class. INT8 is the calibrated Q/DQ variant, optimised the same way.
+
+Runtime settings: a candidate runs on all the container's CPUs at ORT_ENABLE_ALL. Its variants
+(`settings_variants`): `+1thread`, the same file on one intra-op thread (CPU only: Triton then scales by
+instances, and one thread skips the thread pool's hand-offs that dominate small models), and
+`+extended`, the source optimised at ORT_ENABLE_EXTENDED instead (no NCHWc layout
+transformations, which cost reorders on some graphs): its own file, since a file saved at
+ORT_ENABLE_ALL keeps the layout ALL gave it whatever level later loads it.
 """
 
 from __future__ import annotations
@@ -113,15 +120,50 @@ def build(ctx: BuildContext, precision: Precision) -> Build:
         raise Skipped("FP16 needs the CUDA execution provider; onnxruntime's CPU kernels run FP16 slower than FP32")
     else:
         raise Skipped(f"onnxruntime has no {precision.value} conversion; use OpenVINO or TensorRT for it")
-    out = ctx.output_dir(f"onnxruntime-{precision.value.lower()}") / "model.onnx"
-    options = session_options(ctx.threads, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    name = f"onnxruntime-{precision.value.lower()}"
+    build = _optimised(ctx, precision, source, name, settings, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    build.variants = lambda: settings_variants(ctx, build, source)
+    return build
+
+
+def _optimised(
+    ctx: BuildContext,
+    precision: Precision,
+    source: Path,
+    name: str,
+    settings: dict,
+    level: ort.GraphOptimizationLevel,
+    variant: str = "",
+) -> Build:
+    """`source` optimised at `level` for this hardware, saved, and opened at that level."""
+    out = ctx.output_dir(name) / "model.onnx"
+    options = session_options(ctx.threads, level)
     options.optimized_model_filepath = str(out)
     options.log_severity_level = 3  # ORT warns that the saved model is hardware-specific: that is the point
-    ort.InferenceSession(str(source), options, providers=chosen)  # writes the optimised model
+    ort.InferenceSession(str(source), options, providers=settings["providers"])  # writes the optimised model
+    return _opened(precision, out, {**settings, "graphOptimizationLevel": level.name}, variant)
+
+
+def _opened(precision: Precision, out: Path, settings: dict, variant: str = "") -> Build:
+    level = getattr(ort.GraphOptimizationLevel, settings["graphOptimizationLevel"])
+    threads, chosen = settings["intraOpNumThreads"], settings["providers"]
     return Build(
         Compiler.ONNX_RUNTIME,
         precision,
         files={"model.onnx": out},
         settings=settings,
-        open=lambda: OrtRunner(out, session_options(ctx.threads, ort.GraphOptimizationLevel.ORT_ENABLE_ALL), chosen),
+        open=lambda: OrtRunner(out, session_options(threads, level), chosen),
+        variant=variant,
     )
+
+
+def settings_variants(ctx: BuildContext, build: Build, source: Path) -> list[Build]:
+    """`+1thread` (CPU, more than one thread to start from) and `+extended` (see the module docstring)."""
+    found = []
+    if CUDA not in build.settings["providers"] and build.settings["intraOpNumThreads"] > 1:
+        found.append(_opened(build.precision, build.files["model.onnx"], {**build.settings, "intraOpNumThreads": 1},
+                             "1thread"))  # fmt: skip
+    name = f"onnxruntime-{build.precision.value.lower()}+extended"
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    found.append(_optimised(ctx, build.precision, source, name, build.settings, level, "extended"))
+    return found

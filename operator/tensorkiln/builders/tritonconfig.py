@@ -25,6 +25,16 @@ Python backend has no implicit state (only the onnxruntime, TensorRT and PyTorch
 the python-backend runtime the pairs go in the `sequence_state` parameter and the runner keeps each
 sequence's state itself, keyed by correlation id: the config then has START, END, READY and CORRID
 control inputs, the spec's own names where it gives them, else the runner's (RUNNER_CONTROLS).
+
+Runtime settings: the engine is served with the runtime settings its compile measured, those of the
+selected candidate (the compiler's tuning stage may have picked a settings variant):
+- native OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
+  NUM_STREAMS, INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT; the openvino backend's README);
+- native onnxruntime: `intra_op_thread_count` from intraOpNumThreads, and the graph optimisation level
+  as `optimization { graph { level } }` (the onnxruntime backend's README: -1 basic, 1 extended, 0, the
+  default, all; "default", the baseline's, sets none);
+- python-backend: the runner reads the settings from engine.json; the `intra_op_threads` parameter (which
+  it applies to either runtime) is the thread count measured, unless the caller sets one (cpu_threads).
 """
 
 import json
@@ -163,8 +173,40 @@ def _parameters(values: dict[str, str]) -> dict:
     return {key: {"stringValue": str(value)} for key, value in values.items()}
 
 
-def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str, cpu_threads: int = 1) -> dict:
-    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
+# onnxruntime's graph optimisation levels as the onnxruntime backend's optimization.graph.level.
+ORT_GRAPH_LEVELS = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_ENABLE_ALL": 0}
+
+
+def selected_settings(manifest: EngineManifest) -> dict:
+    """The runtime settings of the selected candidate (empty when the manifest does not list it)."""
+    winner = next((c for c in manifest.candidates if c.id == manifest.selection.winner), None)
+    return winner.settings if winner else {}
+
+
+def measured_threads(settings: dict) -> int | None:
+    """The CPU threads the selected candidate was measured with: onnxruntime's intraOpNumThreads,
+    OpenVINO's INFERENCE_NUM_THREADS; None when it names none."""
+    threads = settings.get("intraOpNumThreads", settings.get("config", {}).get("INFERENCE_NUM_THREADS"))
+    return int(threads) if threads is not None else None
+
+
+def _onnxruntime_native(settings: dict) -> dict:
+    """The native onnxruntime backend's share of the config for these settings (module docstring)."""
+    config = {}
+    threads = settings.get("intraOpNumThreads")
+    if threads is not None and "CUDAExecutionProvider" not in settings.get("providers", []):
+        config["parameters"] = _parameters({"intra_op_thread_count": threads})
+    level = ORT_GRAPH_LEVELS.get(settings.get("graphOptimizationLevel", ""))
+    if level:  # 0 (all) is the backend's default, and protobuf's: nothing to write
+        config["optimization"] = {"graph": {"level": level}}
+    return config
+
+
+def config_dict(
+    name: str, manifest: EngineManifest, serving: dict, runtime: str, cpu_threads: int | None = None
+) -> dict:
+    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving;
+    `cpu_threads`: the python-backend runner's threads per instance, else those the compile measured (or 1)."""
     batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
     sequence = sequence_batching(manifest, serving, batched, runtime)
@@ -181,7 +223,8 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
     if runtime == PYTHON_BACKEND:
         # The Python backend's model file is model.py; the runner finds the engine by parameter.
         config["backend"] = "python"
-        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": cpu_threads}
+        threads = cpu_threads or measured_threads(selected_settings(manifest)) or 1
+        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": threads}
         if sequence and sequence["state"]:
             parameters["sequence_state"] = json.dumps(sequence["state"], separators=(",", ":"))
         config["parameters"] = _parameters(parameters)
@@ -190,8 +233,9 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
             raise ValueError(f"a {manifest.compiler} engine is served only by the python-backend runtime")
         config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":
-            winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
-            config["parameters"] = _parameters(winner.settings.get("config", {}))
+            config["parameters"] = _parameters(selected_settings(manifest).get("config", {}))
+        elif manifest.compiler == "OnnxRuntime":
+            config |= _onnxruntime_native(selected_settings(manifest))
     if sequence:  # the one scheduler: ModelConfig's scheduling_choice is a oneof
         config["sequenceBatching"] = sequence["config"]
     elif batching := _dynamic_batching(serving, batched):
