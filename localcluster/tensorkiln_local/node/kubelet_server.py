@@ -166,6 +166,11 @@ class _Server(ThreadingHTTPServer):
                 log.info("kubelet endpoint: TLS handshake with %s failed: %s", client_address[0], exc)
                 return
             request.settimeout(None)
+            try:
+                super().finish_request(request, client_address)
+            finally:
+                request.close()  # the TLS socket: shutdown_request closes only the plain one it wrapped
+            return
         super().finish_request(request, client_address)
 
 
