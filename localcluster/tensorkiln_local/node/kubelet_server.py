@@ -23,6 +23,7 @@ import re
 import select
 import ssl
 import threading
+import warnings
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from . import logs
@@ -52,7 +54,9 @@ def issue_serving_certificate(
     """(certificate, key) PEM for the node's endpoint, signed by the CA: what the kubelet's
     serving certificate holds (CN system:node:<name>, O system:nodes, server auth)."""
     now = now or datetime.datetime.now(datetime.UTC)
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    with warnings.catch_warnings():  # kwokctl's CA has a negative serial number: cryptography warns
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name(
