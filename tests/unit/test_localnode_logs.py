@@ -228,6 +228,8 @@ def make_ca(tmp_path, name="test-ca"):
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=10))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        # Not the SHA-1 of the key that cryptography would compute, as kwokctl's is not either.
+        .add_extension(x509.SubjectKeyIdentifier(b"\x42" * 20), critical=False)
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, True, True, False, False),
             critical=True,
@@ -278,6 +280,8 @@ def test_the_serving_certificate_names_the_node_and_its_address_and_is_signed_by
         [ExtendedKeyUsageOID.SERVER_AUTH]
     )
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca[0].read_bytes()))
+    authority = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    assert authority.key_identifier == b"\x42" * 20  # the CA's, which OpenSSL matches the issuer by
 
 
 @pytest.fixture
