@@ -7,7 +7,9 @@ local node agent for the real node local-0, then Prometheus (tensorkiln_local.cl
 A running agent is kept, unless its code (tensorkiln_local/node/) or its Python environment
 changed since it was started (agent_code): then it is restarted, and the processes of the pods
 on local-0 with it (a restarted agent restarts them as the restart policy says; running Job pods
-fail, so do it between test runs).
+fail, so do it between test runs). The agent gets the cluster's CA to sign the certificate of its
+kubelet endpoint (`kubectl logs`), which the API server verifies with the same CA (kwok.yaml); a
+CA other than the running agent's (a recreated cluster) restarts it too.
 """
 
 import hashlib
@@ -175,6 +177,8 @@ def agent_code() -> str:
     digest = hashlib.sha256(sys.prefix.encode() + b"\0")
     for source in sorted(Path(tensorkiln_local.node.__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    if paths.CLUSTER_CA_CERT.exists():  # its serving certificate is signed by this CA
+        digest.update(b"ca\0" + paths.CLUSTER_CA_CERT.read_bytes())
     return digest.hexdigest()
 
 
@@ -185,7 +189,8 @@ def _start_agent(core: client.CoreV1Api) -> None:
     recorded = AGENT_CODE.read_text() if AGENT_CODE.exists() else ""
     if running and recorded != code:
         print(
-            f"the local node agent (pid {running}) runs other code than tensorkiln_local/node/ in {sys.prefix}: "
+            f"the local node agent (pid {running}) runs other code than tensorkiln_local/node/ in {sys.prefix}"
+            " (or holds another cluster CA): "
             f"restarting it; the processes of the pods on {LOCAL_NODE} restart with it",
             file=sys.stderr,
         )
@@ -204,6 +209,10 @@ def _start_agent(core: client.CoreV1Api) -> None:
             LOCAL_NODE,
             "--state-dir",
             str(paths.LOCALNODE_STATE),
+            "--ca-cert",
+            str(paths.CLUSTER_CA_CERT),
+            "--ca-key",
+            str(paths.CLUSTER_CA_KEY),
         ],
         AGENT_PIDFILE,
         paths.LOCALNODE_STATE / "agent.log",

@@ -24,6 +24,10 @@ BIN_DIR = CACHE_DIR / "current-bin"
 KWOK_HOME = Path.home() / ".kwok"
 KWOK_CLUSTER_DIR = KWOK_HOME / "clusters" / CLUSTER_NAME
 KUBECONFIG = KWOK_CLUSTER_DIR / "kubeconfig.yaml"
+# The cluster's CA, made by kwokctl: the local node agent signs its kubelet endpoint's certificate
+# with it, and the API server verifies that endpoint with it (kwok.yaml).
+CLUSTER_CA_CERT = KWOK_CLUSTER_DIR / "pki" / "ca.crt"
+CLUSTER_CA_KEY = KWOK_CLUSTER_DIR / "pki" / "ca.key"
 
 # Node-local data of the real node local-0, at the paths the samples name: sample models
 # and the engine registry (the operator's default registry, file:///var/lib/tensorkiln/registry).

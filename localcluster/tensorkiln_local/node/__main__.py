@@ -1,12 +1,14 @@
 """`python -m tensorkiln_local.node`: the agent that makes one real node out of this machine.
 
-    python -m tensorkiln_local.node --kubeconfig PATH --node-name local-0 --state-dir DIR
+    python -m tensorkiln_local.node --kubeconfig PATH --node-name local-0 --state-dir DIR \
+        [--ca-cert CA.crt --ca-key CA.key]
 
 Runs until SIGTERM/SIGINT, then kills the pods' processes (like a node shutdown) and exits
 without touching the API: the node going NotReady is what Kubernetes expects. Logs go to
 stderr; files go under DIR only (the kubernetes client's temporary certificate files too).
 One agent per node name per machine (two would run every pod twice): a second one exits
-with status 1.
+with status 1. With the cluster CA's certificate and key it serves the kubelet endpoint the API
+server proxies `kubectl logs` to (kubelet_server.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--node-name", default="local-0")
     parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--ca-cert", type=Path, help="the cluster CA (signs the kubelet endpoint's certificate)")
+    parser.add_argument("--ca-key", type=Path)
     args = parser.parse_args(argv)
+    if (args.ca_cert is None) != (args.ca_key is None):
+        parser.error("--ca-cert and --ca-key go together")
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s"
@@ -49,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    Agent(Kube.from_kubeconfig(args.kubeconfig), args.node_name, state_dir).run(stop)
+    ca = (args.ca_cert.resolve(), args.ca_key.resolve()) if args.ca_cert else None
+    Agent(Kube.from_kubeconfig(args.kubeconfig), args.node_name, state_dir, ca).run(stop)
     logging.info("stopped")
     return 0
 

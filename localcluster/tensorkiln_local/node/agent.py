@@ -6,6 +6,10 @@ Threads: the caller's thread waits for the stop event; `heartbeat` renews the no
 and the next round starts with a full list, so reconciliation is level-based: a missed event
 converges at the next list, pods that left the API are stopped, and IPs and directories of
 pods that no longer exist are released. Each pod is run by its own `PodWorker`.
+
+With the cluster's CA (`ca`: certificate and key), the agent also serves the kubelet endpoint the
+API server proxies `kubectl logs` to (kubelet_server.py), on a free port of HOST_IP that the node
+status advertises; without it the port is 0 and `kubectl logs` cannot reach this node.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from .cgroups import Unavailable, open_memory_cgroups
 from .ipam import IpAllocator
 from .kube import Kube, delete_pod_now, describe, is_status, retry
-from .node import LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
+from .kubelet_server import KubeletServer, server_context
+from .node import HOST_IP, LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
 from .podspec import CONFIG_ERROR, PlanError
 from .runtime import sweep
 from .status import TERMINAL_PHASES, timestamp
@@ -74,8 +79,9 @@ class KubeResolver:
 
 
 class Agent:
-    def __init__(self, kube: Kube, node_name: str, state_dir: Path):
+    def __init__(self, kube: Kube, node_name: str, state_dir: Path, ca: tuple[Path, Path] | None = None):
         self.kube = kube
+        self.ca = ca
         self.node_name = node_name
         self.state_dir = state_dir
         self.env = NodeEnv(
@@ -92,12 +98,14 @@ class Agent:
         self._ready_since = ""
         self._memory_limits = (False, "not checked yet")
         self._stop = threading.Event()
+        self._kubelet: KubeletServer | None = None
 
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
         if leftovers := sweep(self.state_dir):
             log.info("killed %d process sessions left by a previous agent", leftovers)
         self._enforce_memory_limits()
+        self._serve_kubelet_endpoint()
         if not retry(self._register, what="registering the node", stop=stop):
             return
         for target, name in ((self._heartbeat, "heartbeat"), (self._pods, "pods")):
@@ -109,6 +117,22 @@ class Agent:
             worker.stop("shutdown")
         for worker in workers:
             worker.join(WORKER_JOIN_S)
+        if self._kubelet is not None:
+            self._kubelet.stop()
+
+    def _serve_kubelet_endpoint(self) -> None:
+        if self.ca is None:
+            log.warning("no cluster CA given (--ca-cert/--ca-key): no kubelet endpoint, `kubectl logs` will fail")
+            return
+        context = server_context(*self.ca, self.node_name, [HOST_IP], self.state_dir / "pki")
+        self._kubelet = KubeletServer(self.state_dir, self._pod_on_node, context, host=HOST_IP)
+        self._kubelet.start()
+        log.info("kubelet endpoint (container logs) on https://%s:%d", HOST_IP, self._kubelet.port)
+
+    def _pod_on_node(self, namespace: str, name: str) -> dict | None:
+        """The pod, read from the API (its status names the containers' runs), if it is bound here."""
+        pod = self.kube.get_or_none(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return pod if pod is not None and pod["spec"].get("nodeName") == self.node_name else None
 
     def _enforce_memory_limits(self) -> None:
         """Memory cgroups for the containers' limits, or the reason there are none (node condition)."""
@@ -161,7 +185,12 @@ class Agent:
     def _post_status(self, facts: MachineFacts | None = None) -> None:
         facts = facts or MachineFacts.probe(self.state_dir)
         status = node_status(
-            self.node_name, facts, now=timestamp(), ready_since=self._ready_since, memory_limits=self._memory_limits
+            self.node_name,
+            facts,
+            now=timestamp(),
+            ready_since=self._ready_since,
+            memory_limits=self._memory_limits,
+            kubelet_port=self._kubelet.port if self._kubelet else 0,
         )
         self.kube.call("PATCH", f"/api/v1/nodes/{self.node_name}/status", body={"status": status}, patch="strategic")
 

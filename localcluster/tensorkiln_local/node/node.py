@@ -4,7 +4,9 @@
 objects can be checked in unit tests. Labels are truthful: architecture, CPU model and the CPU
 features NFD would report. There are no taints and no kwok annotation: local-0 is a real node.
 Whether containers' memory limits are enforced (cgroups.py) is the condition MemoryLimitsEnforced,
-with the reason when they are not: the node never claims what it does not do.
+with the reason when they are not: the node never claims what it does not do. The addresses are
+InternalIP 127.0.0.1 and Hostname <node name> (which does not resolve: the API server prefers
+InternalIP, kwok.yaml), and daemonEndpoints names the port of the kubelet endpoint (`kubectl logs`).
 """
 
 from __future__ import annotations
@@ -80,8 +82,17 @@ def node_object(name: str, facts: MachineFacts) -> dict:
     }
 
 
-def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str, memory_limits: tuple[bool, str]) -> dict:
-    """memory_limits: (enforced, how or why not)."""
+def node_status(
+    name: str,
+    facts: MachineFacts,
+    *,
+    now: str,
+    ready_since: str,
+    memory_limits: tuple[bool, str],
+    kubelet_port: int = 0,
+) -> dict:
+    """memory_limits: (enforced, how or why not); kubelet_port: where the agent's kubelet endpoint
+    (kubelet_server.py) listens on HOST_IP, 0 when it does not."""
     capacity = {
         "cpu": str(facts.cpu_count),
         "memory": f"{mem_total_kib(facts.meminfo)}Ki",
@@ -100,7 +111,7 @@ def node_status(name: str, facts: MachineFacts, *, now: str, ready_since: str, m
         "allocatable": dict(capacity),  # nothing is reserved: requests are not enforced
         "conditions": conditions,
         "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": facts.machine_id,
             "systemUUID": facts.machine_id,

@@ -5,6 +5,14 @@ everything the container starts (a shell and its children) can be signalled and 
 together, like a container's cgroup. The leader's pid and kernel start time are recorded in
 `<container dir>/pid` while it runs, so an agent that restarts after a crash kills what the
 previous agent left behind (`sweep`) instead of leaking processes.
+
+Output. stdout and stderr go through a pipe that a pump thread copies, as it arrives, onto the
+end of `<container dir>/log` (every run of the container appends to the same file). Next to it
+the pump records when output arrived (`log.times`: "<log offset> <unix ns>" lines, at most one a
+millisecond) and each run's start (`runs`: "<log offset> <pid>", the pid naming the run as the
+containerID local://<pid> does): what the kubelet's containerLogs endpoint needs for
+`timestamps`, `sinceSeconds` and `previous` (logs.py). The pump lives in the agent, as the
+processes do: an agent that dies takes both with it (its successor sweeps the processes).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +30,11 @@ from .podspec import ContainerPlan
 
 log = logging.getLogger(__name__)
 LOG_TAIL_BYTES = 64 * 1024
+RUNS_FILE = "runs"  # in the container dir: "<log offset> <pid>" per run
+TIMES_FILE = "log.times"  # in the container dir: "<log offset> <unix ns>" per arrival of output
+PUMP_CHUNK = 64 * 1024
+PUMP_JOIN_S = 5
+TIMES_RESOLUTION_NS = 1_000_000
 
 
 class StartError(Exception):
@@ -29,12 +43,18 @@ class StartError(Exception):
 
 class Process:
     def __init__(
-        self, popen: subprocess.Popen, plan: ContainerPlan, log_offset: int, cgroup: ContainerCgroup | None = None
+        self,
+        popen: subprocess.Popen,
+        plan: ContainerPlan,
+        log_offset: int,
+        cgroup: ContainerCgroup | None = None,
+        pump: threading.Thread | None = None,
     ):
         self._popen = popen
         self._plan = plan
         self._log_offset = log_offset
         self._cgroup = cgroup
+        self._pump = pump
         self.oom_killed = False  # known once poll() returned the exit code
         self.peak_bytes: int | None = None  # the cgroup's peak memory use, likewise
         self._start_ticks = _start_ticks(popen.pid) or 0
@@ -59,24 +79,39 @@ class Process:
             raise StartError(f"working directory {plan.cwd} does not exist")
         with open(plan.log_path, "ab") as log_file:
             offset = log_file.tell()
-            try:
-                popen = subprocess.Popen(
-                    plan.argv,
-                    env=plan.env,
-                    cwd=plan.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=cgroup.enter() if cgroup else None,
-                )
-            except FileNotFoundError:
-                raise StartError(f'exec: "{plan.argv[0]}": executable file not found in $PATH') from None
-            except OSError as exc:
-                raise StartError(f'exec: "{plan.argv[0]}": {exc.strerror}') from None
-            except subprocess.SubprocessError as exc:  # the preexec_fn failed: not in the cgroup
-                raise StartError(f"moving the process into memory cgroup {cgroup.path}: {exc}") from None
-        return cls(popen, plan, offset, cgroup)
+        read_end, write_end = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                plan.argv,
+                env=plan.env,
+                cwd=plan.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=cgroup.enter() if cgroup else None,
+            )
+        except FileNotFoundError:
+            os.close(read_end)
+            raise StartError(f'exec: "{plan.argv[0]}": executable file not found in $PATH') from None
+        except OSError as exc:
+            os.close(read_end)
+            raise StartError(f'exec: "{plan.argv[0]}": {exc.strerror}') from None
+        except subprocess.SubprocessError as exc:  # the preexec_fn failed: not in the cgroup
+            os.close(read_end)
+            raise StartError(f"moving the process into memory cgroup {cgroup.path}: {exc}") from None
+        finally:
+            os.close(write_end)  # the container holds it now: EOF when its last process is gone
+        with open(plan.log_path.parent / RUNS_FILE, "a") as runs:  # before any of the run's output
+            runs.write(f"{offset} {popen.pid}\n")
+        pump = threading.Thread(
+            target=pump_output,
+            args=(read_end, plan.log_path, plan.log_path.parent / TIMES_FILE),
+            name=f"log {plan.log_path.parent.name} {popen.pid}",
+            daemon=True,
+        )
+        pump.start()
+        return cls(popen, plan, offset, cgroup, pump)
 
     @property
     def pid(self) -> int:
@@ -88,7 +123,9 @@ class Process:
         code = self._popen.poll()
         if code is not None and self._pid_file.exists():
             _signal_session(self.pid, self._start_ticks, signal.SIGKILL)
-            self._pid_file.unlink(missing_ok=True)
+            if self._pump is not None:  # the session is gone: the rest of its output is in the pipe
+                self._pump.join(PUMP_JOIN_S)
+            self._pid_file.unlink(missing_ok=True)  # after the pump: no pid file, complete log
         if code is not None and self._cgroup is not None:
             self.peak_bytes = self._cgroup.peak_bytes()
             self.oom_killed = self._cgroup.close()
@@ -122,6 +159,34 @@ class Process:
                 return log_file.read().decode(errors="replace")
         except OSError:
             return ""
+
+
+def pump_output(fd: int, log_path: Path, times_path: Path, clock=time.time_ns) -> None:
+    """Copy the container's output from `fd` onto the end of its log until EOF, noting in
+    `times_path` the offset and time of output arriving (once a millisecond at most: a line's
+    timestamp is then when its first byte, or output up to a millisecond before it, arrived)."""
+    last_ns = -TIMES_RESOLUTION_NS
+    try:
+        with open(log_path, "ab", buffering=0) as out, open(times_path, "ab", buffering=0) as times:
+            while chunk := os.read(fd, PUMP_CHUNK):
+                now = clock()
+                if now - last_ns >= TIMES_RESOLUTION_NS:
+                    times.write(f"{out.seek(0, os.SEEK_END)} {now}\n".encode())
+                    last_ns = now
+                out.write(chunk)
+    except OSError as exc:  # a full disk: the container's output is lost, as a full log volume loses it
+        log.warning("copying output to %s: %s", log_path, exc)
+        while _drain(fd):  # keep the pipe flowing so the container does not block on its output
+            pass
+    finally:
+        os.close(fd)
+
+
+def _drain(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, PUMP_CHUNK))
+    except OSError:
+        return False
 
 
 def sweep(state_dir: Path) -> int:
