@@ -58,6 +58,20 @@ def _cluster_exists() -> bool:
     return (paths.KWOK_CLUSTER_DIR / "kwok.yaml").exists()
 
 
+def _dead_components() -> list[str]:
+    """Control-plane processes kwokctl started that are gone (e.g. a kube-controller-manager that
+    exited on a lost leader lease while the machine was overloaded): kwokctl keeps their pids."""
+    dead = []
+    for pidfile in sorted((paths.KWOK_CLUSTER_DIR / "pids").glob("*.pid")):
+        try:
+            os.kill(int(pidfile.read_text().strip()), 0)
+        except (ValueError, ProcessLookupError):
+            dead.append(pidfile.stem)
+        except PermissionError:  # alive, someone else's
+            pass
+    return dead
+
+
 def _api_ready() -> bool:
     if not paths.KUBECONFIG.exists():
         return False
@@ -111,8 +125,10 @@ def _start_control_plane() -> None:
         )
         down()
     if _cluster_exists():
-        if not _api_ready():
-            _kwokctl("start", "cluster", "--wait", "120s")
+        if dead := _dead_components():
+            print(f"restarting the cluster's stopped components: {', '.join(dead)}", file=sys.stderr)
+        if dead or not _api_ready():
+            _kwokctl("start", "cluster", "--wait", "120s")  # starts only what is not running
         return
     paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
     recorded.write_text(fingerprint)

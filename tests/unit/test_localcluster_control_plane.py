@@ -1,0 +1,30 @@
+"""The local cluster's control plane stays whole: no leader election to lose under load, and a
+component that stopped anyway is found from kwokctl's pid files and started again by `cluster up`."""
+
+import os
+import subprocess
+
+import yaml
+from tensorkiln_local.cluster import cluster, paths
+
+
+def extra_args(component: str) -> dict[str, str]:
+    config = next(d for d in yaml.safe_load_all(paths.KWOK_CONFIG.read_text()) if d["kind"] == "KwokctlConfiguration")
+    patch = next(p for p in config["componentsPatches"] if p["name"] == component)
+    return {a["key"]: a["value"] for a in patch["extraArgs"]}
+
+
+def test_the_controller_manager_and_the_scheduler_run_without_leader_election():
+    for component in ("kube-controller-manager", "kube-scheduler"):
+        assert extra_args(component)["leader-elect"] == "false"
+
+
+def test_stopped_components_are_found_from_kwokctls_pid_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "KWOK_CLUSTER_DIR", tmp_path)
+    (tmp_path / "pids").mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / "pids" / "kube-controller-manager.pid").write_text(f"{gone.pid}\n")
+    (tmp_path / "pids" / "kube-apiserver.pid").write_text(str(os.getpid()))
+    (tmp_path / "pids" / "etcd.pid").write_text("not a pid")
+    assert cluster._dead_components() == ["etcd", "kube-controller-manager"]
