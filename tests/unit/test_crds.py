@@ -171,3 +171,23 @@ def test_invalid_manifests_fail_python_validation_at_the_expected_field(path):
 def test_the_cel_rules_refuse_the_invalid_manifests_that_break_them():
     refused = [path.name for path in INVALID if refusals(yaml.safe_load(path.read_text())["spec"])]
     assert len(refused) >= 10, refused
+
+
+def _bounds(schema, path=""):
+    if isinstance(schema, dict):
+        for key in ("maximum", "minimum"):
+            if key in schema:
+                yield f"{path}.{key}", schema[key]
+        for key, value in schema.items():
+            yield from _bounds(value, f"{path}.{key}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            yield from _bounds(value, f"{path}[{i}]")
+
+
+def test_integer_bounds_survive_the_api_servers_float64():
+    """The API server reads a schema's bounds as float64 and refuses a CRD whose integer bound is
+    not exact there (2**63 - 1 was): every bound within 2**53."""
+    too_big = [(name, where, value) for name, crd in CRDS.items() for where, value in _bounds(crd)
+               if abs(value) > 2**53]  # fmt: skip
+    assert too_big == []

@@ -825,6 +825,12 @@ class ModelIO(SpecModel):
     )
 
 
+# Bounds the API server can hold: it reads an integer schema's `maximum` as a float64, and refuses
+# a CRD whose bound (2**63 - 1 loses its precision there) is no integer.
+MAX_SEQUENCE_IDLE_MICROSECONDS = 86_400_000_000  # a day
+MAX_QUEUE_DELAY_MICROSECONDS = 10_000_000  # 10 s
+
+
 class SequenceStrategy(StrEnum):
     """How Triton's sequence batcher schedules the requests of concurrent sequences."""
 
@@ -889,14 +895,17 @@ class SequenceBatching(SpecModel):
     max_sequence_idle_microseconds: int = Field(
         1_000_000,
         ge=1,
-        le=2**63 - 1,
+        le=MAX_SEQUENCE_IDLE_MICROSECONDS,
         description=(
             "How long, in microseconds, a sequence may go without a request before Triton ends it and frees its "
-            "slot (and its state); 1000000 is Triton's own default."
+            "slot (and its state); 1000000 is Triton's own default. At most a day."
         ),
     )
     max_queue_delay_microseconds: int = Field(
-        0, ge=0, le=2**63 - 1, description="How long a request may wait for others to batch with, in microseconds."
+        0,
+        ge=0,
+        le=MAX_QUEUE_DELAY_MICROSECONDS,
+        description="How long a request may wait for others to batch with, in microseconds. At most 10 s.",
     )
     max_candidate_sequences: int | None = Field(
         None,
