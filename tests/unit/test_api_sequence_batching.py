@@ -25,7 +25,7 @@ def sequence(**fields) -> dict:
 def test_sequence_batching_defaults_and_switches_the_dynamic_batcher_off():
     spec = InferenceModelSpec.model_validate(sequence())
     batcher = spec.serving.sequence_batching
-    assert (batcher.strategy, batcher.max_sequence_idle_microseconds, batcher.state_kept_by) == ("Direct", 10**6,
+    assert (batcher.strategy, batcher.max_sequence_idle_microseconds, batcher.state_kept_by) == ("Oldest", 10**6,
                                                                                                 "Triton")  # fmt: skip
     assert batcher.max_queue_delay_microseconds == 0 and batcher.max_candidate_sequences is None
     assert spec.serving.dynamic_batching.enabled is False

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from google.protobuf import json_format
-from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, config_dict, parse, render
+from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, ScalarInSequence, config_dict, parse, render
 from tensorkiln.serving import enginefetch
 
 from . import test_serving_enginefetch as enginefetch_tests
@@ -28,9 +28,19 @@ STATE_PAIR = {"inputName": "state", "outputName": "stateN", "dataType": "TYPE_FP
 CLIENT_TENSORS = (["chunk", "sr"], ["out"])  # what clients send and get: the state is Triton's
 
 
+def rank1_sr(manifest):
+    """The test model exported with `sr` as [1]: a scalar cannot be served natively with the sequence batcher."""
+    manifest = manifest.model_copy(deep=True)  # the fixture's manifest is shared
+    manifest.inputs[:] = [t.model_copy(update={"dims": [1]}) if t.name == "sr" else t for t in manifest.inputs]
+    if "sr" in manifest.profiles.get("inputs", {}):
+        manifest.profiles["inputs"]["sr"] = {"min": [1], "opt": [1], "max": [1]}
+    return manifest
+
+
 def rendered(tmp_path, runtime, **sequence) -> dict:
     serving = serving_spec_with(maxBatchSize=0, sequenceBatching={**SEQUENCE, **sequence})
-    triton = config_dict("stateful", unbatched_manifest(tmp_path), serving, runtime)
+    manifest = unbatched_manifest(tmp_path)
+    triton = config_dict("stateful", rank1_sr(manifest) if runtime == NATIVE else manifest, serving, runtime)
     parse(render(triton))  # Triton's own ModelConfig takes it
     return triton
 
@@ -40,7 +50,7 @@ def names(triton) -> tuple[list[str], list[str]]:
 
 
 def test_native_config_is_triton_implicit_state_from_zeros_with_the_direct_strategy(tmp_path):
-    triton = rendered(tmp_path, NATIVE)
+    triton = rendered(tmp_path, NATIVE, strategy="Direct")
     assert triton["sequenceBatching"] == {
         "maxSequenceIdleMicroseconds": 1000000,
         "controlInput": [],
@@ -53,7 +63,7 @@ def test_native_config_is_triton_implicit_state_from_zeros_with_the_direct_strat
 
 
 def test_python_backend_config_gives_the_runner_the_state_and_every_control(tmp_path):
-    triton = rendered(tmp_path, PYTHON_BACKEND, strategy="Oldest", maxSequenceIdleMicroseconds=5000000)
+    triton = rendered(tmp_path, PYTHON_BACKEND, maxSequenceIdleMicroseconds=5000000)  # Oldest, 64 sequences at once
     assert triton["sequenceBatching"] == {
         "maxSequenceIdleMicroseconds": 5000000,
         "controlInput": [
@@ -65,14 +75,23 @@ def test_python_backend_config_gives_the_runner_the_state_and_every_control(tmp_
             {"name": "TENSORKILN_SEQUENCE_CORRID",
              "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "dataType": "TYPE_UINT64"}]},
         ],
-        "oldest": {"maxQueueDelayMicroseconds": 0, "maxCandidateSequences": 1},
+        "oldest": {"maxQueueDelayMicroseconds": 0, "maxCandidateSequences": 64},
     }  # fmt: skip
     assert json.loads(triton["parameters"]["sequence_state"]["stringValue"]) == [STATE_PAIR]
     assert names(triton) == CLIENT_TENSORS
 
 
+def test_a_scalar_input_is_sent_as_1_locally_and_refused_natively_in_a_sequence_batched_model(tmp_path):
+    """Real Triton refuses the scalar's empty reshape there ("scalar tensors are not supported for stateful")."""
+    local = rendered(tmp_path, PYTHON_BACKEND)
+    assert next(t for t in local["input"] if t["name"] == "sr") == {"name": "sr", "dataType": "TYPE_INT64", "dims": [1]}
+    serving = serving_spec_with(maxBatchSize=0, sequenceBatching=SEQUENCE)
+    with pytest.raises(ScalarInSequence, match="'sr' is a scalar .* export it with shape \\[1\\], or serve with the"):
+        config_dict("stateful", unbatched_manifest(tmp_path), serving, NATIVE)
+
+
 def test_state_kept_by_the_client_is_sent_and_returned_and_the_spec_controls_are_left_to_triton(tmp_path):
-    manifest = unbatched_manifest(tmp_path)
+    manifest = rank1_sr(unbatched_manifest(tmp_path))
     manifest.inputs.append(manifest.inputs[0].model_copy(update={"name": "START", "data_type": "FP32", "dims": [1]}))
     serving = serving_spec_with(maxBatchSize=0, sequenceBatching={**SEQUENCE, "stateKeptBy": "Client",
                                                                   "controlInputs": {"start": "START"}})  # fmt: skip

@@ -829,6 +829,7 @@ class ModelIO(SpecModel):
 # a CRD whose bound (2**63 - 1 loses its precision there) is no integer.
 MAX_SEQUENCE_IDLE_MICROSECONDS = 86_400_000_000  # a day
 MAX_QUEUE_DELAY_MICROSECONDS = 10_000_000  # 10 s
+DEFAULT_CANDIDATE_SEQUENCES = 64
 
 
 class SequenceStrategy(StrEnum):
@@ -885,11 +886,13 @@ class SequenceBatching(SpecModel):
     to the same model instance, in order."""
 
     strategy: SequenceStrategy = Field(
-        SequenceStrategy.DIRECT,
+        SequenceStrategy.OLDEST,
         description=(
-            "Direct (Triton's default): each sequence holds one batch slot of one instance until it ends. Oldest: "
-            "batches are formed from the oldest requests of up to maxCandidateSequences sequences, a sequence's "
-            "slot changing from batch to batch; it pays off only when serving.maxBatchSize > 0."
+            "Oldest (the default here): Triton keeps any number of live sequences (up to maxCandidateSequences) and "
+            "forms each batch from their oldest requests, so a replica serves many streams at once. Direct "
+            "(Triton's own default): each sequence holds one batch slot of one instance until it ends, so a "
+            "replica serves at most max(1, serving.maxBatchSize) sequences per instance at once and a further "
+            "sequence waits for a slot (with maxBatchSize 0 and one instance: one stream at a time)."
         ),
     )
     max_sequence_idle_microseconds: int = Field(
@@ -911,7 +914,9 @@ class SequenceBatching(SpecModel):
         None,
         ge=1,
         le=2**31 - 1,
-        description="Oldest only: sequences batched from at once per instance. Unset: serving.maxBatchSize, or 1.",
+        description=(
+            f"Oldest only: the most live sequences a replica keeps at once. Unset: {DEFAULT_CANDIDATE_SEQUENCES}."
+        ),
     )
     state: list[SequenceState] = Field(
         min_length=1,

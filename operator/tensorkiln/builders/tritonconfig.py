@@ -40,7 +40,9 @@ selected candidate (the compiler's tuning stage may have picked a settings varia
 import json
 
 from google.protobuf import json_format, text_format
+from google.protobuf.json_format import ParseError
 
+from tensorkiln.api.common import DEFAULT_CANDIDATE_SEQUENCES
 from tensorkiln.builders.tritonschema import model_config_pb2
 from tensorkiln.registry.manifest import EngineManifest
 
@@ -75,9 +77,18 @@ _FALSE_TRUE = {"FP32": ("fp32FalseTrue", [0, 1]), "INT32": ("int32FalseTrue", [0
                "BOOL": ("boolFalseTrue", [False, True])}  # fmt: skip
 
 
-def _tensors(manifest: EngineManifest, tensors, batched: bool, hidden: set[str] = frozenset()) -> list[dict]:
+class ScalarInSequence(ParseError):
+    """Triton refuses a scalar tensor (its empty reshape) in a sequence-batched model."""
+
+
+def _tensors(
+    manifest: EngineManifest, tensors, batched: bool, hidden: set[str] = frozenset(), runtime: str | None = None
+) -> list[dict]:
     """Triton tensor configs: dims without the batch dimension when Triton batches, else full shapes;
-    `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out."""
+    `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out. `runtime`
+    given: the model is sequence-batched, where Triton refuses the empty reshape of a scalar
+    ("scalar tensors are not supported for stateful"): the python-backend runner takes it as [1]
+    and gives the engine its scalar; a native backend would feed [1] to the model, so it refuses."""
     profiles = manifest.profiles.get("inputs", {})
     rendered = []
     for tensor in tensors:
@@ -91,8 +102,14 @@ def _tensors(manifest: EngineManifest, tensors, batched: bool, hidden: set[str] 
         if batched:
             dims = dims[1:]
         config = {"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims}
+        if not dims and runtime == NATIVE:
+            raise ScalarInSequence(
+                f"{tensor.name!r} is a scalar (rank 0): Triton refuses scalars in a sequence-batched model and "
+                "its native backends would give the model [1]; export it with shape [1], or serve with the "
+                "python-backend runtime"
+            )
         if not dims:  # Triton refuses empty dims: clients see [1], the model its own shape (model_configuration.md)
-            config |= {"dims": [1], "reshape": {"shape": []}}
+            config |= {"dims": [1]} if runtime else {"dims": [1], "reshape": {"shape": []}}
         rendered.append(config)
     return rendered
 
@@ -148,8 +165,8 @@ def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, ru
     strategy = {"maxQueueDelayMicroseconds": spec["maxQueueDelayMicroseconds"]}
     config = {"maxSequenceIdleMicroseconds": spec["maxSequenceIdleMicroseconds"], "controlInput": controls}
     if spec["strategy"] == "Oldest":
-        default = serving["maxBatchSize"] if batched else 1
-        config["oldest"] = strategy | {"maxCandidateSequences": spec.get("maxCandidateSequences", default)}
+        candidates = spec.get("maxCandidateSequences", DEFAULT_CANDIDATE_SEQUENCES)
+        config["oldest"] = strategy | {"maxCandidateSequences": candidates}
     else:
         config["direct"] = strategy
     hidden = set(named.values())
@@ -214,8 +231,8 @@ def config_dict(
     config = {
         "name": name,
         "maxBatchSize": serving["maxBatchSize"] if batched else 0,
-        "input": _tensors(manifest, manifest.inputs, batched, hidden),
-        "output": _tensors(manifest, manifest.outputs, batched, hidden),
+        "input": _tensors(manifest, manifest.inputs, batched, hidden, runtime if sequence else None),
+        "output": _tensors(manifest, manifest.outputs, batched, hidden, runtime if sequence else None),
         "instanceGroup": [
             {"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": serving["instancesPerGPU"] if gpu else 1}
         ],

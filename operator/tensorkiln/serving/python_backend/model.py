@@ -64,6 +64,8 @@ class TritonPythonModel:
         self.states = json.loads(parameters.get("sequence_state", "[]"))
         kept = {state["inputName"] for state in self.states}
         self.inputs = [tensor["name"] for tensor in engine["inputs"] if tensor["name"] not in kept]
+        # A sequence-batched model's scalars come as [1] (Triton refuses their empty reshape there).
+        self.scalars = {tensor["name"] for tensor in engine["inputs"] if not tensor["dims"]}
         self.outputs = {tensor["name"] for tensor in config["output"]} if "output" in config else None
         self.batching = config.get("max_batch_size", 0) > 0
         engine_file = version_dir / parameters.get("engine_file", ENGINE_FILES[engine["compiler"]])
@@ -84,6 +86,7 @@ class TritonPythonModel:
                 return pb_utils.InferenceResponse([])
             state = self.sequences.state(control)
             feeds = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
+            feeds |= {name: feeds[name].reshape(()) for name in self.scalars if name in feeds}
             outputs = self.run({**feeds, **state})
             self.sequences.update(control, outputs)
         except Exception as error:
