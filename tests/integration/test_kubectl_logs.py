@@ -5,6 +5,7 @@ kubectl, the cluster's own, with the cluster's kubeconfig: the request goes kube
 with the cluster CA, the API server's client certificate required by the agent).
 """
 
+import copy
 import datetime
 import json
 import os
@@ -13,11 +14,12 @@ import time
 
 import pytest
 from kubernetes import client
+from tensorkiln.api import GROUP, VERSION
 from tensorkiln_local.cluster import paths
 
 from . import test_localnode
 from .helpers import wait_for
-from .test_compile_on_cluster import compile_job, jobs_of
+from .test_compile_on_cluster import SAMPLE, compile_job, jobs_of
 from .test_compile_on_cluster import create as create_model
 from .test_localnode import NODE, get_pod, run_pod, sh, wait_phase
 
@@ -130,7 +132,12 @@ def test_kubectl_logs_of_a_failed_compile_job_shows_the_compilers_error(api, ope
 
 
 def test_kubectl_logs_of_a_succeeded_compile_job_shows_the_compilers_output(api, operator, namespace):
-    create_model(api, namespace, "ocr-logs")
+    # Options of its own (FP32 alone): the session's registry may hold the sample's engine already,
+    # and a cache hit runs no Job.
+    body = copy.deepcopy(SAMPLE)
+    body["metadata"] = {"name": "ocr-logs", "namespace": namespace}
+    body["spec"]["compile"] = {**body["spec"].get("compile", {}), "precisions": ["FP32"]}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", body)
     job, condition, text = compile_logs(api, namespace, "ocr-logs", timeout=900)  # a real compile, on 2 CPUs
     assert condition == "Complete"
     assert text == pod_log_on_disk(api, namespace, job)
