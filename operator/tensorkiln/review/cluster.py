@@ -19,13 +19,18 @@ log = logging.getLogger(__name__)
 
 def exists_in(state: ClusterState, namespace: str) -> checks.Exists:
     """exists(kind, name): False when absent; None (not checked) when forbidden or failing.
-    PersistentVolumeClaims come from the watch cache where it serves them; a Secret is asked
+    PersistentVolumeClaims come from the watch cache where it serves them (one it lacks is looked
+    up before it counts as absent); a Secret is asked
     for by name (the chart grants Secrets by name only, so they are never watched or listed)."""
 
     def exists(kind: str, name: str) -> bool | None:
         try:
             if kind == "PersistentVolumeClaim":
-                return state.get("v1", kind, namespace, name) is not None
+                if state.get("v1", kind, namespace, name) is not None:
+                    return True
+                # Absent from the cache may be just created, its watch event on its way: a refusal is
+                # confirmed by a GET (only a model naming a missing claim pays for it).
+                return state.read("v1", kind, namespace, name) is not None
             # Only whether it is there: a Secret's data is never looked at.
             state.core.read_namespaced_secret(name, namespace, _preload_content=False).release_conn()
         except (client.ApiException, DynamicApiError) as error:
