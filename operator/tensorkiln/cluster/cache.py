@@ -178,9 +178,6 @@ class WatchCache:
     def filled(self) -> bool:
         return self._filled.is_set()
 
-    def wait_filled(self, timeout: float | None = None) -> bool:
-        return self._filled.wait(timeout)
-
     def serves(self, kind: str) -> bool:
         return self._filled.is_set() and kind in self.stores
 

@@ -33,6 +33,7 @@ from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.cluster.informer import start_informers
 from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
 from tensorkiln.controllers.context import OperatorContext
+from tensorkiln.controllers.observed import scaled_by_operator
 from tensorkiln.observability import logs
 from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import RegistryError
@@ -71,11 +72,6 @@ def _gone(error: Exception) -> bool:
     if isinstance(error, NotFoundError):
         return True
     return isinstance(error, ForbiddenError) and "because it is being terminated" in str(error.body)
-
-
-def _scaled_by_operator(model: dict) -> bool:
-    slo = model.get("spec", {}).get("slo")
-    return slo is not None and slo.get("mode", "Operator") == "Operator"
 
 
 def _observed(kind: str):
@@ -239,7 +235,7 @@ class Controller:
         retry_in = reconcile(body, forced)
         if retry_in is not None:
             self.queue.add(item, retry_in)
-        elif kind == "InferenceModel" and _scaled_by_operator(body):
+        elif kind == "InferenceModel" and scaled_by_operator(body.get("spec", {})):
             self.queue.add(item, self.settings.slo_period_seconds)  # the scaler's own schedule
 
     # -- reconciles, each failure in its object's status

@@ -80,9 +80,9 @@ class Observed:
 
 
 def scaled_by_operator(spec: dict) -> bool:
-    """The SLO scaler sets the replicas (slo.mode Operator)."""
+    """The SLO scaler sets the replicas (slo.mode Operator, its default); `spec` validated or as stored."""
     slo = spec.get("slo")
-    return slo is not None and slo["mode"] == "Operator"
+    return slo is not None and slo.get("mode", "Operator") == "Operator"
 
 
 def _previous_slo(model: dict, target: HardwareClass) -> dict:
