@@ -17,7 +17,11 @@ Printed, and written to e2e/results/scale.md:
 - its requests by verb from the audit log (watches left out), while converging, in a quiet
   minute after, and while one more model becomes Ready (and the seconds that takes);
 - after a SIGKILL and a restart: the seconds until it has reconciled every model again (its
-  own tensorkiln_reconciles_total), and its requests meanwhile.
+  own tensorkiln_reconciles_total), and its requests meanwhile;
+- the control plane alone: the seconds until N copies of the operator's Triton Deployment, created
+  by the same parallel applies with no operator running, are available. The control plane's
+  share of "all Ready" (ReplicaSets, pods, bindings, kwok's pod status, on the same 2 cores) is
+  set against the time the applies took: the floor this gives is the ratio to compare.
 
 Needs `tensorkiln-local cluster up`; stops a demo operator while it runs.
 Usage: .venv/bin/python e2e/bench_scale.py [--models 1000] [--operator-tree DIR]
@@ -192,6 +196,7 @@ def run(args, api: client.ApiClient, work: Path) -> dict:
     found: dict = {"namespace": namespace, "nodes": len(nodes), "tree": str(args.operator_tree)}
     try:
         wait_until(lambda: _serving(operator), 120, "the operator's /metrics")
+        found["rss_start_mb"] = operator.rss_mb()
         started_at, start = datetime.now(UTC), time.monotonic()
 
         def create(i: int) -> None:
@@ -209,8 +214,9 @@ def run(args, api: client.ApiClient, work: Path) -> dict:
         found["converging"] = by_verb(requests(user, started_at, ready_at))
 
         time.sleep(20)  # the last status writes and watch events settle
-        quiet_from = datetime.now(UTC)
+        quiet_from, quiet_cpu = datetime.now(UTC), operator.cpu_seconds()
         time.sleep(QUIET_SECONDS)
+        found["quiet_cpu_s"] = operator.cpu_seconds() - quiet_cpu
         quiet = requests(user, quiet_from, datetime.now(UTC))
         found["quiet"] = by_verb(quiet)
         found["quiet_detail"] = {f"{v} {r}": n for (v, r), n in sorted(quiet.items())}
@@ -234,11 +240,55 @@ def run(args, api: client.ApiClient, work: Path) -> dict:
         found["restart"] = by_verb(restarted)
         found["restart_writes"] = {f"{v} {r}": n for (v, r), n in sorted(restarted.items()) if v in WRITES}
         found["rss_restart_mb"] = operator.rss_mb()
+        operator.kill()
+        found["control_plane_s"] = control_plane_alone(api, namespace, args)
     finally:
         operator.kill()
         core.delete_namespace(namespace)
         client.RbacAuthorizationV1Api(api).delete_cluster_role_binding(f"{namespace}-bench-operator")
     return found
+
+
+def control_plane_alone(api: client.ApiClient, namespace: str, args) -> float:
+    """Seconds for the control plane alone (no operator) to make N copies of the operator's first
+    Triton Deployment available, created by the same parallel applies in a namespace of their own:
+    the floor under the operator's "all Ready", as a Deployment's ReplicaSet, pod, binding and
+    kwok's pod status are the same work for the control plane either way."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    (first,) = [d for d in apps.list_namespaced_deployment(namespace).items if d.metadata.name.startswith("m0000-")]
+    body = api.sanitize_for_serialization(first)
+    template = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": body["spec"],
+                "metadata": {"labels": body["metadata"].get("labels", {})}}  # fmt: skip
+    # The models' pods hold the GPUs the copies need: their Deployments go first (the operator is
+    # stopped: nothing makes them again).
+    apps.delete_collection_namespaced_deployment(namespace, propagation_policy="Background")
+    wait_until(lambda: not core.list_namespaced_pod(namespace, limit=1).items, args.timeout, "the models' pods gone", 2)
+    alone = f"{namespace}-alone"
+    core.create_namespace({"metadata": {"name": alone}})
+    try:
+        start = time.monotonic()
+
+        def create(i: int) -> None:
+            deployment = copy.deepcopy(template)
+            deployment["metadata"]["name"] = f"d{i:04d}"
+            for labels in (
+                deployment["spec"]["selector"]["matchLabels"],
+                deployment["spec"]["template"]["metadata"]["labels"],
+            ):
+                labels["bench-copy"] = f"d{i:04d}"  # each copy's ReplicaSet selects its own pods only
+            apps.create_namespaced_deployment(alone, deployment)
+
+        with ThreadPoolExecutor(args.appliers) as pool:
+            list(pool.map(create, range(args.models)))
+
+        def available() -> bool:
+            items = apps.list_namespaced_deployment(alone).items
+            return sum(1 for d in items if (d.status.available_replicas or 0) >= 1) >= args.models
+
+        wait_until(available, args.timeout, f"{args.models} Deployments available", 2)
+        return time.monotonic() - start
+    finally:
+        core.delete_namespace(alone)
 
 
 def _serving(operator: Operator) -> bool:
@@ -264,8 +314,11 @@ def report(found: dict, models: int) -> str:
         "| --- | ---: |",
         f"| all created (parallel applies) | {found['created_s']:.0f} s |",
         f"| all Ready | {found['ready_s']:.0f} s ({found['ready_s'] / found['created_s']:.2f}x the applies) |",
-        f"| operator RSS at {models} models | {found['rss_mb']:.0f} MB (after the quiet minute {found['rss_quiet_mb']:.0f} MB) |",
-        f"| operator CPU until all Ready | {found['cpu_s']:.0f} s |",
+        f"| the control plane alone: the same {models} Deployments available, no operator | "
+        f"{found['control_plane_s']:.0f} s (all Ready took {found['ready_s'] / found['control_plane_s']:.2f}x this) |",
+        f"| operator RSS at {models} models | {found['rss_mb']:.0f} MB (after the quiet minute "
+        f"{found['rss_quiet_mb']:.0f} MB; with no model {found['rss_start_mb']:.0f} MB) |",
+        f"| operator CPU until all Ready | {found['cpu_s']:.0f} s (in the quiet {QUIET_SECONDS} s after: {found['quiet_cpu_s']:.1f} s) |",
         f"| one more model Ready | {found['one_more_s']:.1f} s |",
         f"| restart (SIGKILL) until every model reconciled again | {found['restart_s']:.0f} s |",
         "",

@@ -121,6 +121,7 @@ def start_operator(namespace: str, registry_uri: str, work_dir: Path) -> subproc
     """An operator of the benchmark's own, watching only the run's namespace."""
     env = {**os.environ, "TENSORKILN_REGISTRY_URI": registry_uri, "TENSORKILN_SERVING_RUNTIME": "python-backend",
            "TENSORKILN_PROMETHEUS_URL": prometheus.url(), "TENSORKILN_RESYNC_SECONDS": "5",
+           "TENSORKILN_SLO_PERIOD_SECONDS": "5",
            "TENSORKILN_METRICS_PORT": "0", "TENSORKILN_HEALTH_PORT": "0"}  # fmt: skip
     log = open(work_dir / f"operator-{namespace}.log", "ab")
     command = [sys.executable, "-m", "tensorkiln", "operator", "run", "--namespace", namespace]

@@ -76,6 +76,7 @@ class Operator:
             "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
+            "TENSORKILN_SLO_PERIOD_SECONDS": "5",
             "PYTHONUNBUFFERED": "1",
             **self.env,
         }

@@ -22,7 +22,7 @@ def test_informers_list_then_follow_every_change(api, namespace):
     core.create_namespaced_config_map(namespace, config_map(namespace, "not-ours", {}))
     cache, seen = WatchCache(), []
 
-    def told(kind, type_, obj, before):
+    def told(kind, type_, obj):
         if kind == "ConfigMap":  # nodes change all the time (kwok's heartbeats)
             seen.append((kind, type_, obj["metadata"]["name"]))
 

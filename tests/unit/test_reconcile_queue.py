@@ -104,13 +104,98 @@ def test_cached_events_queue_the_object_that_owns_what_moved(wired):
     owner = [{"kind": "InferenceModel", "name": "m", "uid": "u", "controller": True}]
     compile_pod = {"metadata": {"namespace": "ns", "name": "p", "labels": {"tensorkiln.dev/compile-job": "m--cpu"}}}
     serving = {"metadata": {"namespace": "ns", "name": "m--cpu", "labels": {"app.kubernetes.io/component": "serving"},
-                            "ownerReferences": owner}}  # fmt: skip
-    other = {"metadata": {"namespace": "ns", "name": "x", "labels": {}, "ownerReferences": owner}}
-    controller.cached_event("Pod", "MODIFIED", compile_pod, None)
-    controller.cached_event("Deployment", "MODIFIED", serving, None)
-    controller.cached_event("ConfigMap", "DELETED", other, other)  # the resync covers these
-    queued = []
+                            "ownerReferences": owner, "resourceVersion": "5"}}  # fmt: skip
+
+    def queued():
+        found = []
+        while (item := controller.queue.get(timeout=0)) is not None:
+            found.append(item)
+            controller.queue.done(item)
+        return found
+
+    controller.cached_event("Pod", "MODIFIED", compile_pod)
+    controller.cached_event("Deployment", "MODIFIED", serving)
+    assert queued() == [("CompileJob", "ns", "m--cpu"), ("InferenceModel", "ns", "m")]
+    # Someone else's edit or deletion of an owned object reconciles its model at once ...
+    edited = {"metadata": {"namespace": "ns", "name": "m--cpu", "labels": {}, "ownerReferences": owner,
+                           "resourceVersion": "7"}}  # fmt: skip
+    controller.cached_event("Service", "MODIFIED", edited)
+    assert queued() == [("InferenceModel", "ns", "m")]
+    controller.cached_event("ConfigMap", "DELETED", edited)
+    assert queued() == [("InferenceModel", "ns", "m")]
+    # ... the echo of our own write does not.
+    controller.cache.wrote({"kind": "Service", **edited})
+    controller.cached_event("Service", "MODIFIED", edited)
+    assert queued() == []
+
+
+def test_a_node_added_removed_or_relabelled_queues_every_model_a_heartbeat_none(wired):
+    _, controller, *_ = wired
+    controller.cache.stores["InferenceModel"].put(model("a"))
+    controller.cache.stores["InferenceModel"].put(model("b"))
+
+    def queued():
+        found = []
+        while (item := controller.queue.get(timeout=0)) is not None:
+            found.append(item[2])
+            controller.queue.done(item)
+        return sorted(found)
+
+    node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}}}
+    controller.cached_event("Node", "MODIFIED", node)  # first seen after a restart: remembered only
+    controller.cached_event("Node", "MODIFIED", node)  # a heartbeat
+    assert queued() == []
+    controller.cached_event("Node", "MODIFIED", {"metadata": {"name": "n1", "labels": {}}})
+    assert queued() == ["a", "b"]
+    controller.cached_event("Node", "ADDED", {"metadata": {"name": "n2", "labels": {}}})
+    assert queued() == ["a", "b"]
+    controller.cached_event("Node", "DELETED", {"metadata": {"name": "n2", "labels": {}}})
+    assert queued() == ["a", "b"]
+
+
+def test_models_and_compile_jobs_queue_themselves_past_a_backoff_when_their_spec_is_new(wired):
+    _, controller, *_ = wired
+
+    def queued():
+        found = []
+        while (item := controller.queue.get(timeout=0)) is not None:
+            found.append((item, item in controller._forced))
+            controller._forced.discard(item)  # as process() does
+            controller.queue.done(item)
+        return found
+
+    def body(kind, rv, generation, observed=None):
+        status = {"observedGeneration": observed} if observed else {}
+        meta = {"namespace": "ns", "name": "m", "resourceVersion": rv, "generation": generation}
+        return {"kind": kind, "metadata": meta, "status": status}
+
+    new = body("InferenceModel", "1", 1)
+    controller.cached_event("InferenceModel", "ADDED", new)
+    assert queued() == [(("InferenceModel", "ns", "m"), True)]
+    # The echo of our own status write: nothing new.
+    reported = body("InferenceModel", "2", 1, observed=1)
+    controller.cache.wrote(reported)
+    controller.cached_event("InferenceModel", "MODIFIED", reported)
+    assert queued() == []
+    # Someone else's change that is not a spec (a label): reconciled, within its backoff.
+    controller.cached_event("InferenceModel", "MODIFIED", body("InferenceModel", "3", 1, observed=1))
+    assert queued() == [(("InferenceModel", "ns", "m"), False)]
+    # A CompileJob the model's reconcile just made is our own write, and still new to its reconcile.
+    made = body("CompileJob", "4", 1)
+    controller.cache.wrote(made)
+    controller.cached_event("CompileJob", "ADDED", made)
+    assert queued() == [(("CompileJob", "ns", "m"), True)]
+    controller.cached_event("InferenceModel", "DELETED", new)
+    assert queued() == []
+
+
+def test_the_first_listing_queues_every_object_once(wired):
+    _, controller, *_ = wired
+    controller.context.peering = None
+    controller.cache.stores["InferenceModel"].put(model("a"))
+    controller.first_pass()
+    items = []
     while (item := controller.queue.get(timeout=0)) is not None:
-        queued.append(item)
+        items.append(item)
         controller.queue.done(item)
-    assert queued == [("CompileJob", "ns", "m--cpu"), ("InferenceModel", "ns", "m")]
+    assert items == [("InferenceModel", "ns", "a")]

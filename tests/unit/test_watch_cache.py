@@ -59,12 +59,21 @@ def test_a_store_keeps_one_object_a_name_found_by_its_labels_until_it_changes_or
     store.put(obj("Pod", "p", rv="1", labels={MODEL: "m", "job-name": "j", "other": "x"}))
     assert [p["metadata"]["name"] for p in store.select("ns", MODEL, "m")] == ["p"]
     assert store.select("ns", "other", "x") == []  # not a label the reconcilers select by
-    before = store.put(obj("Pod", "p", rv="2", labels={MODEL: "n"}))
-    assert before["metadata"]["resourceVersion"] == "1"
+    store.put(obj("Pod", "p", rv="2", labels={MODEL: "n"}))
     assert store.select("ns", MODEL, "m") == [] and store.select("ns", "job-name", "j") == []
     assert store.get("ns", "p")["metadata"]["resourceVersion"] == "2"
     store.remove(obj("Pod", "p"))
     assert store.get("ns", "p") is None and store.select("ns", MODEL, "n") == [] and store.all() == []
+
+
+def test_packed_kinds_hand_each_reader_its_own_object_nodes_are_shared():
+    store = cache.KindStore(KIND["Deployment"])
+    store.put(obj("Deployment", "d", labels=MANAGED_BY, spec={"replicas": 1}))
+    store.get("ns", "d")["spec"]["replicas"] = 5
+    assert store.get("ns", "d")["spec"]["replicas"] == 1 and store.all() == [store.get("ns", "d")]
+    nodes = cache.KindStore(KIND["Node"])
+    nodes.put(obj("Node", "n", namespace=None))
+    assert nodes.get(None, "n") is nodes.all()[0]  # read at every reconcile: never parsed again
 
 
 def test_a_relisting_replaces_the_store_and_says_what_changed():
@@ -73,7 +82,7 @@ def test_a_relisting_replaces_the_store_and_says_what_changed():
         store.put(obj("CompileJob", name, rv=rv))
     changes = store.replace([obj("CompileJob", "same", rv="1"), obj("CompileJob", "changed", rv="7"),
                              obj("CompileJob", "new", rv="8")])  # fmt: skip
-    assert sorted((t, o["metadata"]["name"]) for t, o, _ in changes) == [
+    assert sorted((t, o["metadata"]["name"]) for t, o in changes) == [
         ("ADDED", "new"), ("DELETED", "gone"), ("MODIFIED", "changed")
     ]  # fmt: skip
     assert sorted(o["metadata"]["name"] for o in store.all()) == ["changed", "new", "same"]

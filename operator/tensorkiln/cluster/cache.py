@@ -3,9 +3,11 @@ resync make no GET or LIST in steady state.
 
 One informer per kind (tensorkiln.cluster.informer) lists and then watches it, and keeps it in that
 kind's `KindStore`: each object once, without managedFields, by (namespace, name) and under the
-label values the reconcilers select by (`CachedKind.by_labels`). Pods, the most numerous and
-largest kind, are kept with only the fields the reconcilers read (`CachedKind.only`): memory at a
-thousand models is mostly this cache. The cache serves once every kind has its first listing.
+label values the reconcilers select by (`CachedKind.by_labels`). Memory at a thousand models is
+mostly this cache, so objects are kept as compact JSON and parsed at each read (`CachedKind.packed`:
+a parsed object takes about five times the memory of its JSON, and parsing one costs tens of
+microseconds), and Pods, the most numerous kind, with only the fields the reconcilers read
+(`CachedKind.only`). The cache serves once every kind has its first listing.
 
 Owned kinds are kept only when they carry our managed-by label: a derived name taken by an object
 that is not ours is found by a GET at the moment we would create ours (ClusterState.confirm).
@@ -14,12 +16,14 @@ Our own writes are remembered for a short while (`wrote`): while the store still
 resourceVersion of the object, reads get what we wrote, so that the reconcile right after a write
 does not act on the version before it (the watch event that brings it arrives a moment later).
 
-Objects read from here are shared with the store: read-only.
+Objects read from here are the reader's own, except Nodes (`packed=False`: few, and read at every
+reconcile), which are shared with the store: read-only.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -48,6 +52,7 @@ class CachedKind:
     by_labels: tuple[str, ...] = ()  # label keys the reconcilers select by
     only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # section -> the keys of it kept; others whole
     namespaced: bool = True
+    packed: bool = True  # kept as JSON, parsed at each read
 
     @property
     def api_version(self) -> str:
@@ -56,7 +61,7 @@ class CachedKind:
 
 OURS = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 KINDS = (
-    CachedKind("", "v1", "nodes", "Node", namespaced=False),
+    CachedKind("", "v1", "nodes", "Node", namespaced=False, packed=False),
     CachedKind(GROUP, VERSION, "inferencemodels", "InferenceModel"),
     CachedKind(GROUP, VERSION, "compilejobs", "CompileJob", by_labels=(MODEL,)),
     CachedKind("batch", "v1", "jobs", "Job", COMPILE_JOB, (COMPILE_JOB,)),
@@ -94,60 +99,72 @@ class KindStore:
 
     def __init__(self, kind: CachedKind):
         self.kind = kind
-        self._objects: dict[tuple[str | None, str], dict] = {}
-        self._by_label: dict[tuple, dict[tuple[str | None, str], dict]] = {}
+        # (namespace, name) -> (its label keys, the object: JSON bytes when the kind is packed)
+        self._objects: dict[tuple[str | None, str], tuple[list[tuple], bytes | dict]] = {}
+        self._by_label: dict[tuple, dict[tuple[str | None, str], None]] = {}  # an ordered set of names
         self._lock = threading.Lock()
 
     def _label_keys(self, obj: dict) -> list[tuple]:
         namespace, labels = obj["metadata"].get("namespace"), obj["metadata"].get("labels") or {}
         return [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
 
-    def _drop(self, key: tuple[str | None, str]) -> dict | None:
+    def _pack(self, obj: dict) -> bytes | dict:
+        return json.dumps(obj, separators=(",", ":")).encode() if self.kind.packed else obj
+
+    def _unpack(self, kept_: bytes | dict) -> dict:
+        return json.loads(kept_) if self.kind.packed else kept_
+
+    def _drop(self, key: tuple[str | None, str]) -> bool:
         before = self._objects.pop(key, None)
         if before is not None:
-            for label_key in self._label_keys(before):
+            for label_key in before[0]:
                 self._by_label.get(label_key, {}).pop(key, None)
-        return before
+        return before is not None
 
-    def put(self, body: dict) -> dict | None:
+    def put(self, body: dict) -> None:
         """Keep `body`, which the caller hands over (an informer's freshly parsed object: no copy
-        needed), as `kept` trims it; returns what was kept under its name before."""
+        needed), as `kept` trims it."""
         obj = kept(body, self.kind.only, copy_=False)
-        key = _key(obj)
+        key, label_keys, packed = _key(obj), self._label_keys(obj), self._pack(obj)
         with self._lock:
-            before = self._drop(key)
-            self._objects[key] = obj
-            for label_key in self._label_keys(obj):
-                self._by_label.setdefault(label_key, {})[key] = obj
-        return before
+            self._drop(key)
+            self._objects[key] = (label_keys, packed)
+            for label_key in label_keys:
+                self._by_label.setdefault(label_key, {})[key] = None
 
-    def remove(self, body: dict) -> dict | None:
+    def remove(self, body: dict) -> None:
         with self._lock:
-            return self._drop(_key(body))
+            self._drop(_key(body))
 
-    def replace(self, bodies: list[dict]) -> list[tuple[str, dict, dict | None]]:
-        """Hold exactly `bodies` (a fresh listing); returns the changes as (event type, object,
-        before), for a listing that follows a broken watch."""
+    def replace(self, bodies: list[dict]) -> list[tuple[str, dict]]:
+        """Hold exactly `bodies` (a fresh listing); returns the changes as (event type, object),
+        for a listing that follows a broken watch."""
         listed = {_key(b) for b in bodies}
         changes = []
         for body in bodies:
-            before = self.put(body)
+            before = self.get(*_key(body))
+            self.put(body)
             if before is None or before["metadata"].get("resourceVersion") != body["metadata"].get("resourceVersion"):
-                changes.append(("ADDED" if before is None else "MODIFIED", body, before))
+                changes.append(("ADDED" if before is None else "MODIFIED", body))
         with self._lock:
-            gone = [self._drop(key) for key in [k for k in self._objects if k not in listed]]
-        return changes + [("DELETED", obj, obj) for obj in gone]
+            gone = [(key, self._objects[key][1]) for key in self._objects if key not in listed]
+            for key, _ in gone:
+                self._drop(key)
+        return changes + [("DELETED", self._unpack(obj)) for _, obj in gone]
 
     def get(self, namespace: str | None, name: str) -> dict | None:
-        return self._objects.get((namespace, name))
+        found = self._objects.get((namespace, name))
+        return None if found is None else self._unpack(found[1])
 
     def select(self, namespace: str | None, label: str, value: str) -> list[dict]:
         with self._lock:
-            return list(self._by_label.get((namespace, label, value), {}).values())
+            found = [self._objects[key][1] for key in self._by_label.get((namespace, label, value), {})]
+        return [self._unpack(obj) for obj in found]
 
     def all(self) -> list[dict]:
         with self._lock:
-            return list(self._objects.values())
+            found = [obj for _, obj in self._objects.values()]
+        return [self._unpack(obj) for obj in found]
 
 
 def _version(obj: dict) -> int:
@@ -200,6 +217,14 @@ class WatchCache:
                         del written[key]
                 self._purged = now
             self._writes.setdefault(obj["kind"], {})[(meta.get("namespace"), meta["name"])] = (now, kept(obj))
+
+    def echoes(self, kind: str, obj: dict) -> bool:
+        """Whether `obj`, just seen by a watch, is exactly what one of our writes returned (its
+        resourceVersion): the echo of our own write, which tells its owner nothing new."""
+        meta = obj["metadata"]
+        with self._writes_lock:
+            ours = self._writes.get(kind, {}).get((meta.get("namespace"), meta["name"]))
+        return ours is not None and ours[1]["metadata"].get("resourceVersion") == meta.get("resourceVersion")
 
     def _fresher(self, kind: str, stored: list[dict | None]) -> list[dict | None]:
         """Each of `stored`, or what we wrote over it when that is newer. An object the store does

@@ -29,8 +29,8 @@ WATCH_SECONDS = 300  # the API server ends each watch after this; the next one r
 CONNECT_SECONDS, READ_SECONDS = 30, WATCH_SECONDS + 30  # a silently dead connection is replaced
 MAX_BACKOFF_SECONDS = 30.0
 
-# (kind, event type ADDED/MODIFIED/DELETED, the object as now kept, the one kept before or None)
-OnEvent = Callable[[str, str, dict, dict | None], None]
+# (kind, event type ADDED/MODIFIED/DELETED, the object)
+OnEvent = Callable[[str, str, dict], None]
 
 
 class Gone(Exception):
@@ -100,8 +100,8 @@ class Informer:
                 break
         changes = self.store.replace(objects)
         if self._listed_once:  # a relist: tell what changed meanwhile, as events would have
-            for type_, obj, before in changes:
-                self.on_event(self.kind.kind, type_, obj, before)
+            for type_, obj in changes:
+                self.on_event(self.kind.kind, type_, obj)
         self._listed_once = True
         self.on_listed()
         return listing.get("metadata", {}).get("resourceVersion", "")
@@ -125,10 +125,10 @@ class Informer:
                 if type_ == "BOOKMARK":
                     continue
                 if type_ == "DELETED":
-                    before = self.store.remove(obj)
+                    self.store.remove(obj)
                 else:
-                    before = self.store.put(obj)
-                self.on_event(self.kind.kind, type_, obj, before)
+                    self.store.put(obj)
+                self.on_event(self.kind.kind, type_, obj)
         finally:
             response.response.release_conn()
         return version
@@ -153,19 +153,27 @@ class Informer:
 
 
 def start_informers(
-    api: client.ApiClient, cache: WatchCache, namespaces: list[str], on_event: OnEvent
+    api: client.ApiClient,
+    cache: WatchCache,
+    namespaces: list[str],
+    on_event: OnEvent,
+    on_filled: Callable[[], None] = lambda: None,
 ) -> list[Informer]:
     """An informer per cached kind and watched namespace (one per kind for every namespace, and
-    for cluster-scoped kinds), started; the cache serves once each has its first listing."""
+    for cluster-scoped kinds), started; the cache serves once each has its first listing, and
+    `on_filled` is called then, once."""
     scopes = namespaces or [None]
     plan = [(kind, ns) for kind in KINDS for ns in (scopes if kind.namespaced else [None])]
     waiting, guard = set(range(len(plan))), threading.Lock()
 
     def listed(number: int) -> None:
         with guard:
+            first = bool(waiting)
             waiting.discard(number)
-            if not waiting:
-                cache.mark_filled()
+            filled = first and not waiting
+        if filled:
+            cache.mark_filled()
+            on_filled()
 
     informers = [
         Informer(api, kind, cache.stores[kind.kind], ns, lambda n=n: listed(n), on_event)

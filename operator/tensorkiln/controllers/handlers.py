@@ -1,15 +1,21 @@
-"""kopf handler registrations: each handler reads the event and queues the object it concerns.
+"""The operator's controller: what queues each object, and its reconciles (kopf runs the startup
+and cleanup handlers, the probes, the admission webhook and peering; it watches no object).
 
 Reconciliation is level-based and goes through one work queue (controllers.workqueue): a few
 worker threads, one reconcile at a time per object, a failing object retried after its backoff,
-an SLO model again on the scaler's period. kopf's create/update/resume handlers queue the object
-itself; the watch cache's informers (tensorkiln.cluster.informer) tell `cached_event` of every
-change to a Job, pod, CompileJob or Deployment, which queues the object that owns it; and one
-operator-wide resync loop queues every object, so that a missed event, a restart or a new node
-pool converges. Reconciles and the resync read from the watch cache (tensorkiln.cluster.cache),
-and none runs before it holds every kind's first listing, so in steady state and at a restart
-they make no GET or LIST. (kopf's per-object timers would put a finalizer on every object, which
-would block deletion whenever the operator is down; the resync loop needs none.)
+an SLO model again on the scaler's period. The watch cache's informers (tensorkiln.cluster.informer)
+tell `cached_event` of every change: an InferenceModel or CompileJob queues itself, a Job, pod or
+anything a model owns queues its owner, a node that changes the pools queues every model. Once
+every informer has its first listing, every object is queued (a start or a restart), and one
+operator-wide resync loop queues every object again now and then, so that a missed event
+converges. Reconciles and the resync read from the watch cache (tensorkiln.cluster.cache), and
+none runs before it holds every kind's first listing, so in steady state and at a restart they make
+no GET or LIST.
+
+Why not kopf's create/update/resume handlers, which queued models and CompileJobs before: kopf
+writes its own annotations on every object it handles (two more patches per model), keeps a
+stream per object, and watches both kinds a second time. (kopf's per-object timers would also put
+a finalizer on every object, which would block deletion whenever the operator is down.)
 
 `register` puts the handlers of one Controller, over the runner's OperatorContext, into a kopf
 registry; importing this module registers nothing.
@@ -28,7 +34,7 @@ from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
 from tensorkiln import apierrors, peering
-from tensorkiln.api import API_VERSION, GROUP, VERSION
+from tensorkiln.api import API_VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.cluster.informer import start_informers
 from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
@@ -38,22 +44,16 @@ from tensorkiln.observability import logs
 from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import RegistryError
 
-IM = (GROUP, VERSION, "inferencemodels")
-CJ = (GROUP, VERSION, "compilejobs")
 NOT_FILLED_RETRY_SECONDS = 1.0  # a reconcile queued before the cache serves waits this long, again
-COMPONENT = "app.kubernetes.io/component"  # "serving" on Triton Deployments
+# What a model owns: a change to one by anyone else (a status, an edit, a deletion) reconciles the model.
+MODEL_OWNED = {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+PEERING_CHECK_SECONDS = 10.0  # how soon a peer that starts acting pauses this operator
 STUCK_SECONDS = 120  # a reconcile running longer is reported at every resync pass
 log = logging.getLogger(__name__)
 
 
 def configure(settings: kopf.OperatorSettings, **_) -> None:
-    # Our own annotation prefix from day one: renaming it later would orphan progress records.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tensorkiln.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="tensorkiln.dev", key="last-handled-configuration"
-    )
-    settings.persistence.finalizer = "tensorkiln.dev/finalizer"
-    # Bounded watches: a silently dead connection is replaced within minutes.
+    # Bounded watches (kopf watches only the peering object): a silently dead connection is replaced within minutes.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
@@ -103,12 +103,15 @@ class Controller:
         self.paused_by: list[str] = []
         self._forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
         self._forced_guard = threading.Lock()
+        self._node_labels: dict[str, dict] = {}  # by node name: what hardware classes are made of
 
     # -- startup and cleanup
 
     def start_cache(self, memo: kopf.Memo, **_) -> None:
         context = self.context
-        memo["informers"] = start_informers(context.state.api, self.cache, context.namespaces, self.cached_event)
+        memo["informers"] = start_informers(
+            context.state.api, self.cache, context.namespaces, self.cached_event, self.first_pass
+        )
 
     @staticmethod
     def stop_cache(memo: kopf.Memo, **_) -> None:
@@ -160,20 +163,33 @@ class Controller:
 
     # -- the resync loop
 
+    def first_pass(self) -> None:
+        """Once every informer has its first listing (an informer's thread): queue every object,
+        as a start or a restart must, unless a peer acts."""
+        try:
+            if not self._paused():
+                self.resync_all()
+        except Exception:  # the resync loop's next pass queues them
+            log.exception("first pass failed; the resync loop queues every object at its next pass")
+
     async def resync_forever(self) -> None:
+        """Every tick, whether a peer acts (which pauses every reconcile); every resync_seconds a
+        pass. The first pass is `first_pass`, when the cache fills."""
+        tick = min(self.settings.resync_seconds, PEERING_CHECK_SECONDS)
+        next_pass = time.monotonic() + self.settings.resync_seconds
         while True:
-            await asyncio.sleep(self.settings.resync_seconds)
+            await asyncio.sleep(tick)
             try:
-                # A peer first: it pauses kopf too, whose first listing then waits for it to leave.
                 if await asyncio.to_thread(self._paused):
                     continue
-                if not self.cache.filled:
-                    continue  # the first listings are under way; kopf's resume handlers queue every object
+                if not self.cache.filled or time.monotonic() < next_pass:
+                    continue
                 await asyncio.to_thread(self.resync_all)
             except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
                 log.exception("resync pass failed; retrying at the next pass")
                 continue
             self.last_resync = time.monotonic()
+            next_pass = self.last_resync + self.settings.resync_seconds
 
     def _paused(self) -> bool:
         """Whether a peer operator acts now (kopf has paused our handlers too): skip this pass.
@@ -307,30 +323,51 @@ class Controller:
 
     # -- events: queue what the event concerns
 
-    def object_changed(self, body, **_) -> None:
-        self.enqueue(body, forced=True)
-
-    def cached_event(self, kind: str, type_: str, obj: dict, before: dict | None) -> None:
-        """From an informer's thread: a compile Job or pod moved, reconcile its CompileJob; a
-        CompileJob or Triton Deployment moved, reconcile its InferenceModel (now, not at the next resync)."""
+    def cached_event(self, kind: str, type_: str, obj: dict) -> None:
+        """From an informer's thread: an InferenceModel or CompileJob moved, reconcile it; a compile
+        Job or pod moved, reconcile its CompileJob; a CompileJob or an object a model owns moved,
+        reconcile that InferenceModel (now, not at the next resync: an owned object edited or
+        deleted by someone else is put right at once). The echo of our own write is left out (the
+        reconcile that wrote it knew), unless it is a spec the object's reconcile has not seen: a
+        CompileJob the model's reconcile just made or changed."""
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
-        if kind in ("Job", "Pod") and COMPILE_JOB in labels:
+        if kind in ("InferenceModel", "CompileJob") and type_ != "DELETED":
+            # Its spec changed (a generation not yet observed): tried at once, past any backoff.
+            changed = meta.get("generation") != (obj.get("status") or {}).get("observedGeneration")
+            if changed or not self.cache.echoes(kind, obj):
+                self.enqueue(obj, forced=changed)
+        if kind == "Node":
+            self._node_moved(type_, meta["name"], labels)
+        elif kind in ("Job", "Pod") and COMPILE_JOB in labels:
             self.enqueue(
                 {"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": labels[COMPILE_JOB]}}
             )
-        elif kind == "CompileJob" or (kind == "Deployment" and labels.get(COMPONENT) == "serving"):
+        elif kind == "CompileJob" or (kind in MODEL_OWNED and (type_ == "DELETED" or not self.cache.echoes(kind, obj))):
             owner = next((o for o in meta.get("ownerReferences") or [] if o["kind"] == "InferenceModel"), None)
             if owner is not None:
                 self.enqueue(
                     {"kind": "InferenceModel", "metadata": {"namespace": meta["namespace"], "name": owner["name"]}}
                 )
 
+    def _node_moved(self, type_: str, name: str, labels: dict) -> None:
+        """A node added, removed or labelled differently may change the hardware classes (a new
+        pool, a pool gone): every model is queued, behind event-driven work. Heartbeats, which
+        change no label, queue nothing. A node first seen after a restart is only remembered."""
+        known = self._node_labels.get(name)
+        if type_ == "DELETED":
+            self._node_labels.pop(name, None)
+        else:
+            self._node_labels[name] = labels
+        if type_ in ("ADDED", "DELETED") or (known is not None and known != labels):
+            for model in self.cache.all("InferenceModel"):
+                if not model["metadata"].get("deletionTimestamp"):
+                    self.enqueue(model, background=True)
+
 
 def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Controller:
-    """Put one Controller's handlers, and the start and stop of its watch cache's informers, into
-    `registry`. The handler ids are the names these handlers have always had (kopf keys its progress
-    records by them)."""
+    """Put one Controller's startup, cleanup and probe handlers (the start and stop of its watch
+    cache's informers, workers and resync loop) into `registry`."""
     controller = Controller(context)
     own_metrics.WORKQUEUE_DEPTH.set_function(lambda: len(controller.queue))
     own_metrics.WORKQUEUE_LONGEST_RUNNING.set_function(lambda: controller.queue.longest_running()[1])
@@ -346,8 +383,4 @@ def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Contr
     on.probe(id="resync", registry=registry)(controller.resync_probe)
     on.startup(id="start_workers", registry=registry)(controller.start_workers)
     on.cleanup(id="stop_workers", registry=registry)(controller.stop_workers)
-    for resource, handler_id in ((IM, "inference_model_changed"), (CJ, "compile_job_changed")):
-        on.resume(*resource, id=handler_id, registry=registry)(controller.object_changed)
-        on.create(*resource, id=handler_id, registry=registry)(controller.object_changed)
-        on.update(*resource, id=handler_id, field="spec", registry=registry)(controller.object_changed)
     return controller
