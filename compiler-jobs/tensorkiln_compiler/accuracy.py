@@ -12,13 +12,21 @@ rank, scalars included), so an output whose shape depends on the input (NonMaxSu
 compares sample by sample; the figures pool every feed. A candidate whose output shape differs from
 the reference's on some feed is rejected naming the output and the feed, its figures from the feeds
 that agree in shape.
+
+A text encoder's padding (text.Padding: where the attention mask fed is 0) is left out of every figure
+for its per-token outputs, those whose leading axes are the mask's [batch, seq]; top-1 on such an
+output [batch, seq] is taken over each row's tokens. The figures say so (Accuracy.paddingIgnored: the
+mask, those outputs, how many elements were compared and how many left out). Without a mask every
+element is compared, as the figures have always been.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from tensorkiln.api import AccuracyTolerance
-from tensorkiln.registry.manifest import Accuracy
+from tensorkiln.registry.manifest import Accuracy, PaddingIgnored
+
+from .text import Padding
 
 Outputs = list[list[np.ndarray]]  # per validation batch, per model output
 LARGEST = float(np.finfo(np.float64).max)  # stands for an infinite error: JSON has no Infinity
@@ -33,10 +41,13 @@ def compare(
     synthetic: bool,
     batched: bool = True,
     names: list[str] | None = None,
+    padding: Padding | None = None,
 ) -> tuple[Accuracy, str | None]:
-    """The figures, and why the candidate is rejected (None when it passes). `names`: the outputs' names."""
+    """The figures, and why the candidate is rejected (None when it passes). `names`: the outputs' names;
+    `padding`: where the validation feeds are padding, left out of per-token outputs (module docstring)."""
     max_abs = max_rel = 0.0
     cosines, top1, mismatches = [], [], []
+    masked, compared, ignored = [], 0, 0  # outputs compared without their padding; element counts
     for index in range(len(reference[0])):
         name = repr(names[index]) if names else str(index)
         refs, outs, hits, rows = [], [], 0, 0
@@ -49,6 +60,18 @@ def compare(
                     f"output {name} has shape {list(out.shape)} on {where}, the reference {list(ref.shape)}"
                 )
                 continue
+            keep = padding.keep(feed, index, ref.shape) if padding else None
+            if batched and ref.ndim == 2 and ref.shape[1] > 1:  # [batch, classes], or per token [batch, seq]
+                row_hits, row_count = _top1_rows(ref, out, keep)
+                hits, rows = hits + row_hits, rows + row_count
+            elif not batched and ref.ndim == 1 and ref.size > 1:  # [classes], one sample
+                hits, rows = hits + int(ref.argmax() == out.argmax()), rows + 1
+            if keep is not None:  # [tokens, ...]: the padded positions go
+                masked += [] if index in masked else [index]
+                size = ref.size
+                ref, out = ref[keep], out[keep]
+                ignored += size - ref.size
+            compared += ref.size
             refs.append(ref.ravel())
             outs.append(out.ravel())
             diff = np.nan_to_num(np.abs(out - ref), nan=np.inf)  # a NaN output is infinitely wrong
@@ -57,14 +80,18 @@ def compare(
             if beyond.any():
                 with np.errstate(divide="ignore", invalid="ignore"):
                     max_rel = max(max_rel, float(np.max(diff[beyond] / np.abs(ref[beyond]))))
-            if batched and ref.ndim == 2 and ref.shape[1] > 1:  # [batch, classes]
-                hits, rows = hits + int(np.sum(ref.argmax(axis=1) == out.argmax(axis=1))), rows + len(ref)
-            elif not batched and ref.ndim == 1 and ref.size > 1:  # [classes], one sample
-                hits, rows = hits + int(ref.argmax() == out.argmax()), rows + 1
         # No feed agreeing in shape: nothing is similar (the mismatches say why).
         cosines.append(_cosine(np.concatenate(refs), np.concatenate(outs)) if refs else 0.0)
         if rows:
             top1.append(hits / rows)
+    padding_ignored = None
+    if masked:  # said only when some output lost its padding: other models' figures read as they always did
+        padding_ignored = PaddingIgnored(
+            mask=padding.mask,
+            outputs=[names[i] if names else str(i) for i in masked],
+            compared_elements=compared,
+            ignored_elements=ignored,
+        )
     accuracy = Accuracy(
         max_abs_error=min(max_abs, LARGEST),
         max_rel_error=min(max_rel, LARGEST),
@@ -72,8 +99,18 @@ def compare(
         top1_agreement=min(top1) if top1 else None,
         samples=samples,
         synthetic_data=synthetic,
+        padding_ignored=padding_ignored,
     )
     return accuracy, _rejection(accuracy, tolerance, mismatches)
+
+
+def _top1_rows(ref: np.ndarray, out: np.ndarray, keep: np.ndarray | None) -> tuple[int, int]:
+    """(rows whose argmax agrees, rows) of [batch, classes] scores; with `keep` (a per-token [batch, seq]
+    output), the argmax among each row's tokens, rows without a token aside."""
+    if keep is not None:
+        rows = keep.any(axis=1)
+        ref, out = np.where(keep, ref, -np.inf)[rows], np.where(keep, out, -np.inf)[rows]
+    return int(np.sum(ref.argmax(axis=1) == out.argmax(axis=1))), len(ref)
 
 
 def _rejection(accuracy: Accuracy, tolerance: AccuracyTolerance, mismatches: list[str]) -> str | None:

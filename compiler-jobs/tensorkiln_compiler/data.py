@@ -3,7 +3,9 @@
 Batched, the sample index is the batch axis: samples are fed in batches. Unbatched, it is an axis
 of its own before the input's full shape: each sample is fed alone, as one request carries it.
 The dataset is an .npz, or a directory of NAME.npy files. Without one, inputs are
-synthesised from the resolved shapes (seeded) and the engine says so (syntheticData).
+synthesised from the resolved shapes (seeded) and the engine says so (syntheticData); a text
+encoder's mask, ids and token types are synthesised like tokenised text (text.synthetic_feeds), and
+the engine says how (syntheticText).
 Validation samples are held out of calibration whenever there are at least two samples.
 """
 
@@ -18,6 +20,7 @@ import numpy as np
 from .errors import InvalidInput
 from .fetch import Fetched
 from .inspection import Tensor
+from .text import describe, synthetic_feeds
 
 FIELD = "spec.calibration.datasetUri"
 MAX_VALIDATION = 16  # enough to compare outputs, few enough for a 2-core node
@@ -35,6 +38,7 @@ class Dataset:
     batched: bool
     uri: str | None = None
     sha256: str | None = None
+    text: dict | None = None  # synthetic feeds shaped like tokenised text: how (text.describe)
 
     def calibration_samples(self) -> list[Arrays]:
         """One feed per sample (a batch of 1, or unbatched the sample itself): what calibrators iterate over."""
@@ -52,13 +56,16 @@ class Dataset:
         ]
 
     def manifest(self) -> dict:
-        return {
+        manifest = {
             "datasetUri": self.uri,
             "sha256": self.sha256,
             "calibrationSamples": len(next(iter(self.calibration.values()))),
             "validationSamples": len(next(iter(self.validation.values()))),
             "syntheticData": self.synthetic,
         }
+        if self.text is not None:  # only then: other models' manifests stay as they were
+            manifest["syntheticText"] = self.text
+        return manifest
 
 
 def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: int, batched: bool = True) -> Dataset:
@@ -72,18 +79,30 @@ def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: 
     )
 
 
-def synthesize(inputs: tuple[Tensor, ...], batched: bool = True) -> Dataset:
+def synthesize(inputs: tuple[Tensor, ...], batched: bool = True, table_rows: dict[str, int] | None = None) -> Dataset:
+    """Seeded inputs at the opt shapes; `table_rows`: a text encoder's id inputs -> rows of the table each
+    indexes (inspection's ModelInfo.table_rows), the bound of its synthetic ids."""
     rng = np.random.default_rng(SEED)
-    arrays = {}
+    arrays, shapes = {}, {}
     for tensor in inputs:
         shape = tensor.shape(SYNTHETIC_SAMPLES) if batched else (SYNTHETIC_SAMPLES, *tensor.profile[1])
+        shapes[tensor.name] = shape
         if tensor.dtype.kind == "f":
             arrays[tensor.name] = rng.standard_normal(shape).astype(tensor.dtype)
         elif tensor.dtype.kind == "b":
             arrays[tensor.name] = rng.integers(0, 2, shape).astype(bool)
         else:  # ids and indices: small values stay valid for most vocabularies and tables
             arrays[tensor.name] = rng.integers(0, 16, shape).astype(tensor.dtype)
-    return Dataset(*_split(arrays, SYNTHETIC_SAMPLES), synthetic=True, batched=batched)
+    # A text encoder's mask, ids and token types replace those draws; its other inputs, and every input of
+    # any other model, keep the draws above (a generator of their own leaves them as they were).
+    text = synthetic_feeds(inputs, shapes, table_rows or {}, SEED)
+    arrays.update(text)
+    return Dataset(
+        *_split(arrays, SYNTHETIC_SAMPLES),
+        synthetic=True,
+        batched=batched,
+        text=describe(text, inputs, table_rows or {}),
+    )
 
 
 def _read(path: Path) -> dict:

@@ -18,6 +18,7 @@ serving.sequenceBatching (or serving.maxBatchSize 0, where each request carries 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from onnx import TensorProto, helper
 from tensorkiln.api import ModelIO, SequenceBatching, Shapes
 from tensorkiln.registry.manifest import TensorInfo
 
+from . import text
 from .errors import InvalidInput
 
 MIN_OPSET = 7  # the oldest opset onnxruntime runs
@@ -73,6 +75,8 @@ class ModelInfo:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     batched: bool = True  # axis 0 of every input and output is the batch axis
+    # A text encoder's id inputs -> rows of the table each indexes (text.table_rows): what synthetic ids stay below.
+    table_rows: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def inspect_model(
@@ -121,6 +125,7 @@ def inspect_model(
         inputs=tuple(_with_profile(t, shapes, batched) for t in inputs),
         outputs=tuple(outputs),
         batched=batched,
+        table_rows=text.table_rows(model, inputs),
     )
 
 

@@ -42,6 +42,7 @@ from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
 from .selection import best_per_compiler, select
+from .text import padding
 
 log = logging.getLogger(__name__)
 MAX_REASON = 600  # candidate reasons live in the manifest, not the termination message, but stay short
@@ -132,7 +133,10 @@ def run(
 def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
     if spec.calibration is None:
         log.info("no calibration dataset: synthesising inputs; accuracy is checked on synthetic data only")
-        return synthesize(model.inputs, model.batched)
+        dataset = synthesize(model.inputs, model.batched, model.table_rows)
+        if dataset.text:
+            log.info("text encoder: synthetic inputs shaped like tokenised text: %s", dataset.text)
+        return dataset
     fetched = fetch(
         spec.calibration.dataset_uri, work_dir / "data", field="spec.calibration.datasetUri", what="CalibrationData"
     )
@@ -268,6 +272,8 @@ class _Validator:
         self.batches = ctx.dataset.batches(ctx.spec.objective.batch_size)
         reference = ort_candidates.reference(ctx.model.path, ctx.threads)
         self.reference = [reference.run(batch) for batch in self.batches]
+        # A text encoder's padded positions are left out of the comparison (text module docstring).
+        self.padding = padding(self.batches, ctx.model.inputs, ctx.model.outputs)
         if ctx.model.batched:
             _check_output_batch_axes(ctx, reference, self.reference[0])
 
@@ -294,6 +300,7 @@ class _Validator:
                 self.reference, outputs, self.ctx.spec.accuracy,
                 samples=self.ctx.dataset.manifest()["validationSamples"], synthetic=self.ctx.dataset.synthetic,
                 batched=self.ctx.dataset.batched, names=[t.name for t in self.ctx.model.outputs],
+                padding=self.padding,
             )  # fmt: skip
         except Exception as e:
             log.exception("running %s failed", record.id)

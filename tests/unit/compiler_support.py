@@ -248,3 +248,87 @@ def batch_sum_model(path: Path) -> Path:
         [numpy_helper.from_array(np.array([0], np.int64), "axes")],
     )
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def text_encoder(
+    path: Path,
+    *,
+    vocab: int = 50,
+    hidden: int = 4,
+    token_types: bool = False,
+    int8_table: bool = False,
+    garbage_padding: bool = False,
+    mask_name: str = "attention_mask",
+    pooled: bool = True,
+) -> Path:
+    """A transformer-text-encoder-shaped graph: input_ids[batch, seq], attention_mask[batch, seq] (INT64)
+    [, token_type_ids[batch, seq]] -> last_hidden_state[batch, seq, hidden] = tanh(word[ids] (+ type[types]))
+    [, pooled[batch, hidden]: its mean over the tokens]. Without `mask_name`, no mask input (nor pooled).
+
+    int8_table: the word table dequantised in the graph (Cast of int8, Mul by a scale), as int8 exports do,
+    so its rows are known from shape inference only. garbage_padding: a stand-in for a low-precision
+    engine, the same on tokens and 1000 + 100 * ids where the mask is 0."""
+    rng = np.random.default_rng(0)
+    init = [
+        numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    nodes = []
+    if int8_table:
+        init += [
+            numpy_helper.from_array(rng.integers(-127, 128, (vocab, hidden)).astype(np.int8), "word_q"),
+            numpy_helper.from_array(np.full((vocab, 1), 1 / 127, np.float32), "word_scale"),
+        ]
+        nodes += [
+            helper.make_node("Cast", ["word_q"], ["word_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["word_f", "word_scale"], ["word"]),
+        ]
+    else:
+        init.append(numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "word"))
+    nodes.append(helper.make_node("Gather", ["word", "input_ids"], ["embedded"], axis=0))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])]
+    if token_types:
+        init.append(numpy_helper.from_array(rng.standard_normal((2, hidden)).astype(np.float32), "types"))
+        nodes += [
+            helper.make_node("Gather", ["types", "token_type_ids"], ["typed"], axis=0),
+            helper.make_node("Add", ["embedded", "typed"], ["summed"]),
+            helper.make_node("Tanh", ["summed"], ["states"]),
+        ]
+        inputs.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "seq"]))
+    else:
+        nodes.append(helper.make_node("Tanh", ["embedded"], ["states"]))
+    outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "seq", hidden])]
+    if not mask_name:
+        nodes.append(helper.make_node("Identity", ["states"], ["last_hidden_state"]))
+        graph = helper.make_graph(nodes, "text-encoder", inputs, outputs, init)
+        return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    inputs.insert(1, helper.make_tensor_value_info(mask_name, TensorProto.INT64, ["batch", "seq"]))
+    if pooled:
+        nodes += [
+            helper.make_node("Cast", [mask_name], ["mask_f"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["mask_f", "axis2"], ["mask_3d"]),
+            helper.make_node("Mul", ["states", "mask_3d"], ["masked"]),
+            helper.make_node("ReduceSum", ["masked", "axis1"], ["total"], keepdims=0),
+            helper.make_node("ReduceSum", ["mask_3d", "axis1"], ["count"], keepdims=0),
+            helper.make_node("Div", ["total", "count"], ["pooled"]),
+        ]
+        outputs.append(helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden]))
+    if garbage_padding:  # where(mask, states, 1000 + 100 * ids)
+        init += [
+            numpy_helper.from_array(np.array(100.0, np.float32), "hundred"),
+            numpy_helper.from_array(np.array(1000.0, np.float32), "thousand"),
+        ]
+        nodes += [
+            helper.make_node("Cast", [mask_name], ["mask_b"], to=TensorProto.BOOL),
+            helper.make_node("Unsqueeze", ["mask_b", "axis2"], ["mask_b3"]),
+            helper.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["ids_f", "axis2"], ["ids_3d"]),
+            helper.make_node("Mul", ["ids_3d", "hundred"], ["ids_scaled"]),
+            helper.make_node("Add", ["ids_scaled", "thousand"], ["junk_1"]),
+            helper.make_node("Add", ["junk_1", "states"], ["junk"]),  # broadcast to [batch, seq, hidden]
+            helper.make_node("Where", ["mask_b3", "states", "junk"], ["last_hidden_state"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["states"], ["last_hidden_state"]))
+    graph = helper.make_graph(nodes, "text-encoder", inputs, outputs, init)
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)

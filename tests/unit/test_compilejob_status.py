@@ -1,6 +1,7 @@
 from datetime import UTC, datetime
 
 from registry_fixtures import make_engine
+from tensorkiln.registry.manifest import Accuracy, PaddingIgnored
 from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -118,3 +119,25 @@ def test_a_compiler_killed_by_a_signal_is_reported_with_its_exit_code():
     assert (status["phase"], status["reason"], status["attempts"]) == ("Failed", "BackoffLimitExceeded", 2)
     assert status["message"].startswith("attempt 2: the compiler exited 137 (SIGKILL: killed, e.g. by the OOM killer)")
     assert "reason OOMKilled" in status["message"] and status["message"].endswith("benchmarking openvino-fp32")
+
+
+def test_accuracy_condition_says_when_a_text_encoders_padding_was_left_out(tmp_path):
+    engine = published(tmp_path)
+    figures = Accuracy(max_abs_error=0.01, max_rel_error=0, cosine_similarity=0.999, samples=4, synthetic_data=False)
+    padded = figures.model_copy(update={"padding_ignored": PaddingIgnored(
+        mask="attention_mask", outputs=["last_hidden_state"], compared_elements=320, ignored_elements=192)})  # fmt: skip
+    done = job(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
+    messages = []
+    for accuracy in (figures, padded):
+        winner = engine.manifest.candidates[0].model_copy(update={"accuracy": accuracy})
+        manifest = engine.manifest.model_copy(update={"candidates": [winner]})
+        published_engine = Published(manifest, manifest.digest(), engine.uri)
+        status = compile_job_status(
+            CJ, done, pod("local-0", "Succeeded", {"exitCode": 0}), set(), NOW, published_engine
+        )
+        messages.append(next(c["message"] for c in status["conditions"] if c["type"] == "AccuracyPassed"))
+    assert messages[0] == "1 of 1 candidates within tolerance on the validation set"  # no mask: as before
+    assert messages[1] == (
+        "1 of 1 candidates within tolerance on the validation set, padded positions (attention_mask 0) of "
+        "'last_hidden_state' left out: 320 output elements compared, 192 padded ones ignored"
+    )

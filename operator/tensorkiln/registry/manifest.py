@@ -44,6 +44,16 @@ class TensorInfo(_Model):
     dims: list[int] = Field(description="-1 for a dynamic dimension; the batch dimension included")
 
 
+class PaddingIgnored(_Model):
+    """A text encoder's padded positions, left out of the accuracy comparison: where its attention mask is 0,
+    per-token outputs hold values nothing reads, in which a lower precision legitimately differs."""
+
+    mask: str = Field(description="the input whose 0s mark padding, such as attention_mask")
+    outputs: list[str] = Field(description="outputs compared only where the mask is 1: their leading axes are its")
+    compared_elements: int = Field(description="output elements compared: every output, every validation feed")
+    ignored_elements: int = Field(description="padded elements left out")
+
+
 class Accuracy(_Model):
     max_abs_error: float
     max_rel_error: float
@@ -51,6 +61,12 @@ class Accuracy(_Model):
     top1_agreement: float | None = None
     samples: int
     synthetic_data: bool = Field(description="True when no dataset was given and inputs were synthesised")
+    # Absent rather than null when unset: a manifest written before it existed keeps its digest.
+    padding_ignored: PaddingIgnored | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="the figures above leave out these padded positions; None: every element compared",
+    )
 
 
 Interval = tuple[float, float]

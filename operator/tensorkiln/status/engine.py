@@ -28,6 +28,21 @@ def _summary(candidate, batch_size: int) -> dict:
     return summary
 
 
+def _padding_note(manifest: EngineManifest) -> str:
+    """', padded positions left out ...' when the comparison ignored a text encoder's padding (the winner's
+    figures, else any candidate's: every candidate is compared on the same feeds); '' otherwise. Said in
+    the condition so that its figures are not read as covering every output element."""
+    ranked = sorted(manifest.candidates, key=lambda c: c.id != manifest.selection.winner)
+    padding = next((c.accuracy.padding_ignored for c in ranked if c.accuracy and c.accuracy.padding_ignored), None)
+    if padding is None:
+        return ""
+    outputs = ", ".join(repr(name) for name in padding.outputs)
+    return (
+        f", padded positions ({padding.mask} 0) of {outputs} left out: {padding.compared_elements} output "
+        f"elements compared, {padding.ignored_elements} padded ones ignored"
+    )
+
+
 def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bool) -> tuple[dict, list[dict]]:
     """(status fields, conditions) describing the engine a CompileJob ended with."""
     batch_size = manifest.selection.objective.get("batchSize", 1)
@@ -48,6 +63,7 @@ def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bo
         "candidates": [_summary(c, batch_size) for c in manifest.candidates][:64],
     }
     data = "synthetic inputs only (no dataset given)" if synthetic else "the validation set"
+    data += _padding_note(manifest)
     rejected_note = f"; rejected: {', '.join(c.id for c in rejected)}" if rejected else ""
     speedup = manifest.selection.speedup_vs_baseline
     conditions = [
