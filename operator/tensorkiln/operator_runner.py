@@ -6,34 +6,18 @@ OperatorContext, with which the handlers and the webhook are registered into a k
 of this run's own."""
 
 import asyncio
-import ctypes
-
-M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
-
-
-def limit_malloc_arenas(arenas: int = 2) -> None:
-    """Cap glibc's malloc arenas. glibc gives threads that allocate at once arenas of their own, up
-    to eight per core, and each keeps the pages freed in it: the informers', workers' and kopf's
-    threads parse and drop megabytes of JSON, so the operator's RSS grew with its thread count, not
-    with what it holds (MALLOC_ARENA_MAX=2 is the usual setting for threaded Python services).
-    Before any thread starts; nothing where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.mallopt(M_ARENA_MAX, arenas)
 
 
 def run(namespaces: list[str], log_format: str | None = None, peering_name: str | None = None) -> None:
     import kopf
 
-    from tensorkiln import incluster, peering
+    from tensorkiln import incluster, memory, peering
     from tensorkiln.controllers import handlers
     from tensorkiln.controllers.context import OperatorContext
     from tensorkiln.observability import logs, metrics
     from tensorkiln.settings import Settings
 
-    limit_malloc_arenas()
+    memory.limit_arenas()  # before any thread starts
     settings = Settings.from_env()
     logs.configure(log_format or settings.log_format)
     metrics.WatchReconnectCounter.install()

@@ -182,8 +182,9 @@ class WatchCache:
     def __init__(self) -> None:
         self.stores = {k.kind: KindStore(k) for k in KINDS}
         self._filled = threading.Event()
-        # by kind, by (namespace, name): (when, what the write returned)
-        self._writes: dict[str, dict[tuple[str | None, str], tuple[float, dict]]] = {}
+        # by kind, by (namespace, name): (when, its resourceVersion, what the write returned as JSON:
+        # a thousand models converging have over a thousand writes in flight)
+        self._writes: dict[str, dict[tuple[str | None, str], tuple[float, int, bytes]]] = {}
         self._writes_lock = threading.Lock()
         self._purged = 0.0
 
@@ -213,10 +214,12 @@ class WatchCache:
         with self._writes_lock:
             if now - self._purged > 1.0:  # not at every write: thousands may be remembered
                 for written in self._writes.values():
-                    for key in [k for k, (at, _) in written.items() if now - at > WRITES_KEPT_SECONDS]:
+                    for key in [k for k, (at, *_) in written.items() if now - at > WRITES_KEPT_SECONDS]:
                         del written[key]
                 self._purged = now
-            self._writes.setdefault(obj["kind"], {})[(meta.get("namespace"), meta["name"])] = (now, kept(obj))
+            packed = json.dumps(kept(obj, copy_=False), separators=(",", ":")).encode()
+            key = (meta.get("namespace"), meta["name"])
+            self._writes.setdefault(obj["kind"], {})[key] = (now, _version(obj), packed)
 
     def echoes(self, kind: str, obj: dict) -> bool:
         """Whether `obj`, just seen by a watch, is exactly what one of our writes returned (its
@@ -224,7 +227,7 @@ class WatchCache:
         meta = obj["metadata"]
         with self._writes_lock:
             ours = self._writes.get(kind, {}).get((meta.get("namespace"), meta["name"]))
-        return ours is not None and ours[1]["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+        return ours is not None and ours[1] == _version(obj) >= 0
 
     def _fresher(self, kind: str, stored: list[dict | None]) -> list[dict | None]:
         """Each of `stored`, or what we wrote over it when that is newer. An object the store does
@@ -240,9 +243,9 @@ class WatchCache:
                 ours = written.get(key)
                 if ours is None:
                     fresher.append(obj)
-                elif _version(obj) >= _version(ours[1]) or now - ours[0] > WRITES_KEPT_SECONDS:
+                elif _version(obj) >= ours[1] or now - ours[0] > WRITES_KEPT_SECONDS:
                     del written[key]  # the watch has caught up, or never will
                     fresher.append(obj)
                 else:
-                    fresher.append(ours[1])
+                    fresher.append(json.loads(ours[2]))
             return fresher

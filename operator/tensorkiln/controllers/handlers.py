@@ -33,7 +33,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 
-from tensorkiln import apierrors, peering
+from tensorkiln import apierrors, memory, peering
 from tensorkiln.api import API_VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.cluster.informer import start_informers
@@ -188,6 +188,7 @@ class Controller:
             except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
                 log.exception("resync pass failed; retrying at the next pass")
                 continue
+            memory.release_free()  # what converging freed goes back to the system
             self.last_resync = time.monotonic()
             next_pass = self.last_resync + self.settings.resync_seconds
 
