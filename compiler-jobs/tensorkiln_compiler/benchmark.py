@@ -10,6 +10,7 @@ deadline); the counts actually run, and whether they settled, are recorded.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -85,6 +86,39 @@ def _block(runner: Runner, feeds: Arrays, times: list[float], count: int) -> Non
         start = time.perf_counter()
         runner.run(feeds)
         times.append(time.perf_counter() - start)
+
+
+def measure_concurrent(runners: list[Runner], feeds: Arrays, batch_size: int, seconds: float) -> float:
+    """Inferences per second of `runners` run at once, each from its own thread for about `seconds` after
+    one untimed run: what that many model instances serve together on this node (the runtimes release the
+    GIL while they compute). Each thread finishes the run in progress when the time is up."""
+    for runner in runners:
+        runner.run(feeds)
+    start = threading.Barrier(len(runners))
+    spans: list[tuple[float, float, int]] = []
+    errors: list[Exception] = []
+
+    def loop(runner: Runner) -> None:
+        start.wait()
+        began = now = time.perf_counter()
+        count = 0
+        try:
+            while count == 0 or now - began < seconds:
+                runner.run(feeds)
+                count, now = count + 1, time.perf_counter()
+        except Exception as e:
+            errors.append(e)
+        spans.append((began, now, count))
+
+    threads = [threading.Thread(target=loop, args=(runner,), daemon=True) for runner in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    elapsed = max(end for _, end, _ in spans) - min(began for began, _, _ in spans)
+    return batch_size * sum(count for _, _, count in spans) / elapsed
 
 
 BOOTSTRAP_RESAMPLES = 2000

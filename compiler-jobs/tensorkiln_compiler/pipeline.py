@@ -2,7 +2,8 @@
 
 fetch -> cache lookup -> inspect -> fingerprint -> data -> reference outputs (batched: each output's axis 0
 checked against the batch fed, at two sizes) -> candidates
-(build, validate, benchmark) -> tune runtime settings -> select -> stage the winner's files -> publish.
+(build, validate, benchmark) -> tune runtime settings -> select -> tune Triton's batcher for the winner
+(spec.batcherTuning: serving_tuning) -> stage the winner's files -> publish.
 
 Tuning runtime settings (Options.tune_runtime_settings): every (compiler, precision) candidate is built
 with its compiler's default runtime settings. Trying every setting on every candidate would multiply
@@ -26,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tensorkiln.api import CompileJobSpec, Compiler, Precision
-from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest
+from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning
 
-from . import __version__, report
+from . import __version__, report, serving_tuning
 from .accuracy import compare
 from .benchmark import BenchmarkPlan, measure_all
 from .candidates import Build, BuildContext, Runner, Skipped, builder, candidate_id
@@ -104,6 +105,7 @@ def run(
     selection = select(candidates, spec.objective)
     candidates = [c.model_copy(update={"status": "Selected"}) if c.id == selection.winner else c for c in candidates]
     winner = builds[selection.winner]
+    tuning = _serving_tuning(ctx, winner, next(c for c in candidates if c.id == selection.winner), options.benchmark)
     files_dir = work_dir / "engine"
     manifest = EngineManifest(
         key=key,
@@ -123,11 +125,22 @@ def run(
         selection=selection,
         artifacts=stage(winner.files, files_dir),
         created_at=datetime.now(UTC),
+        serving_tuning=tuning,
     )
     (work_dir / "manifest.json").write_text(manifest.model_dump_json(by_alias=True, indent=2))
     digest, uri = registry.publish(manifest, files_dir)
     log.info("published %s as %s (%s)", selection.winner, digest, uri)
     return Outcome(report.success(digest, uri, manifest), manifest)
+
+
+def _serving_tuning(ctx: BuildContext, winner: Build, record: Candidate, plan: BenchmarkPlan) -> ServingTuning | None:
+    """Triton's batcher and instance settings for the winner (serving_tuning.tune); a failure there loses
+    only them: the engine is published, and served with the fixed defaults."""
+    try:
+        return serving_tuning.tune(ctx, winner, record, plan)
+    except Exception:
+        log.exception("tuning the batcher for %s failed; Triton gets the fixed defaults", record.id)
+        return None
 
 
 def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:

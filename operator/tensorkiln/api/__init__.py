@@ -45,10 +45,12 @@ from .common import (
 )
 from .compilejob import (
     COMPILE_JOB,
+    BatcherTuning,
     CompileJobSpec,
     CompileJobStatus,
     HardwareTarget,
     RegistryDestination,
+    ServingTuningSummary,
 )
 from .inferencemodel import (
     INFERENCE_MODEL,
@@ -82,6 +84,7 @@ __all__ = [
     "VERSION",
     "AccuracyTolerance",
     "BatchRange",
+    "BatcherTuning",
     "Calibration",
     "CapacitySource",
     "CompileJobPhase",
@@ -121,6 +124,7 @@ __all__ = [
     "Rule",
     "ScalingMode",
     "ServingOptions",
+    "ServingTuningSummary",
     "SequenceBatching",
     "SequenceControls",
     "SequenceState",

@@ -39,6 +39,7 @@ from .common import (
     derive_unset_batch_sizes,
     list_map,
 )
+from .inferencemodel import MAX_BATCH_SIZE, Percentile
 
 # The operator's TENSORKILN_REGISTRY_URI: file:// (local), pvc:// (the Helm chart's default), s3://.
 REGISTRY_URI_PATTERN = (
@@ -93,6 +94,29 @@ class HardwareTarget(SpecModel):
             "The class's nodes are simulated (kwok): nothing really runs on them, so the "
             "compile is emulated instead of executed there."
         ),
+    )
+
+
+class BatcherTuning(SpecModel):
+    """What the compile tunes Triton's dynamic batcher and instance count for, once it has selected the engine:
+    the InferenceModel's serving.maxBatchSize and spec.slo."""
+
+    max_batch_size: int = Field(
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="The InferenceModel's serving.maxBatchSize: the largest batch Triton forms.",
+    )
+    slo_target_milliseconds: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "The InferenceModel's slo.targetMilliseconds: the settings that serve the most within it are chosen. "
+            "Unset: the most throughput at high load whose p95 for a lone client stays within 1.2x of serving "
+            "without batching."
+        ),
+    )
+    slo_percentile: Percentile = Field(
+        Percentile.P95, description="The InferenceModel's slo.percentile: the percentile the target applies to."
     )
 
 
@@ -152,6 +176,16 @@ class CompileJobSpec(SpecModel):
     shapes: Shapes = Field(default_factory=Shapes, description="Input shapes the engine must accept.")
     io: ModelIO | None = Field(
         None, description="The InferenceModel's declared inputs and outputs: the graph must have exactly these."
+    )
+    batcher_tuning: BatcherTuning | None = Field(
+        None,
+        description=(
+            "Tune Triton's dynamic batcher and instance count for the selected engine on the node: its latency is "
+            "measured at batch sizes up to maxBatchSize and a model of the batcher picks the settings (CompileJob "
+            "status.servingTuning). Not part of optionsHash: the settings are chosen when the engine is compiled, "
+            "and an engine found in the registry keeps those it was compiled with. Unset: none are chosen, and "
+            "Triton is served with the fixed defaults."
+        ),
     )
     calibration: Calibration | None = Field(None, description="Calibration data for INT8 candidates.")
     accuracy: AccuracyTolerance = Field(
@@ -219,6 +253,33 @@ class CandidateSummary(KubeModel):
     cosine_similarity: float | None = Field(None, description="Cosine similarity of outputs to the fp32 reference.")
 
 
+class ServingTuningSummary(KubeModel):
+    """The Triton settings the compile chose for the engine on its node (spec.batcherTuning), and the figures a
+    model of Triton's batcher gives them; the InferenceModel's spec.serving fields that are set override them."""
+
+    dynamic_batching: bool = Field(description="Whether Triton batches concurrent requests.")
+    preferred_batch_sizes: list[int] = Field(
+        default_factory=list, max_length=16, description="The batcher's preferred batch sizes; empty: none."
+    )
+    max_queue_delay_microseconds: int = Field(
+        0, ge=0, description="How long a request may wait for a preferred batch to fill, in microseconds."
+    )
+    instances: int = Field(1, ge=1, description="Model instances per GPU, or per pod on a CPU class.")
+    clients: int = Field(ge=1, description="The high load the throughputs below are simulated at: concurrent clients.")
+    throughput_per_second: float = Field(description="Simulated inferences per second with these settings.")
+    unbatched_throughput_per_second: float = Field(
+        description="Simulated inferences per second without batching, one instance, at the same load."
+    )
+    throughput_bound_per_second: float = Field(
+        description=(
+            "The throughput the engine's own batch efficiency allows on the node: the best measured batch size "
+            "over its latency, times the best measured instance gain."
+        )
+    )
+    lone_client_p95_ms: float = Field(description="Simulated p95 latency of a lone client, milliseconds.")
+    reason: str = Field(max_length=1024, description="Why these settings: the rule and the figures it compared.")
+
+
 class SelectionSummary(KubeModel):
     """The candidate published as the engine, and why."""
 
@@ -253,6 +314,13 @@ class CompileJobStatus(KubeModel):
     )
     engine: EngineRef | None = Field(None, description="The engine built, once Succeeded.")
     selection: SelectionSummary | None = Field(None, description="Which candidate won and why, once Succeeded.")
+    serving_tuning: ServingTuningSummary | None = Field(
+        None,
+        description=(
+            "The Triton batcher and instance settings chosen for the engine, once Succeeded; absent for an "
+            "engine compiled without spec.batcherTuning."
+        ),
+    )
     candidates: list[CandidateSummary] = Field(
         default_factory=list,
         max_length=64,

@@ -111,6 +111,50 @@ class Selection(_Model):
     speedup_vs_baseline: float | None = None
 
 
+class BatcherSetting(_Model):
+    """What Triton's config.pbtxt sets for the dynamic batcher and the instance count."""
+
+    dynamic_batching: bool
+    preferred_batch_sizes: list[int] = Field(default_factory=list, description="empty: none")
+    max_queue_delay_microseconds: int = 0
+    instances: int = Field(1, description="per GPU; per pod on a CPU class")
+
+
+class SimulatedLoad(_Model):
+    """A model of Triton's batcher serving the engine to `clients` closed-loop clients."""
+
+    clients: int
+    throughput_per_s: float = Field(description="inferences (not batches) per second")
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_batch: float = Field(description="inferences per batch the batcher formed, on average")
+
+
+class InstanceScaling(_Model):
+    instances: int
+    batch_size: int
+    speedup: float = Field(description="inferences per second of `instances` run at once over one run alone")
+
+
+class ServingTuning(_Model):
+    """The batcher and instance settings the compile chose for the engine on its node (tensorkiln_compiler.batching):
+    the measurements the model of the batcher was fed, the choice, and the figures the model gives it."""
+
+    setting: BatcherSetting
+    reason: str
+    max_batch_size: int = Field(description="the serving.maxBatchSize it was chosen for")
+    slo_target_ms: float | None = Field(None, description="the SLO it was chosen for; None: the lone-client rule")
+    slo_percentile: str = "p95"
+    service_times: list[Benchmark] = Field(description="the engine at each batch size, one instance running alone")
+    instance_scaling: list[InstanceScaling] = Field(default_factory=list)
+    simulated: list[SimulatedLoad] = Field(description="the chosen setting at each load simulated")
+    unbatched: list[SimulatedLoad] = Field(description="no batching, one instance, at the same loads")
+    throughput_bound_per_s: float = Field(description="what the engine's batch efficiency allows (batching.py)")
+    seed: int = 0
+
+
 class EngineManifest(_Model):
     schema_version: int = SCHEMA_VERSION
     origin: Literal["compiled", "test-seed", "simulation"] = Field(
@@ -138,6 +182,12 @@ class EngineManifest(_Model):
     selection: Selection
     artifacts: list[Artifact]
     created_at: datetime
+    # Absent rather than null when unset: a manifest written before it existed keeps its digest.
+    serving_tuning: ServingTuning | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="Triton's batcher and instance settings the compile chose; None: not tuned (fixed defaults)",
+    )
 
     @property
     def batched(self) -> bool:

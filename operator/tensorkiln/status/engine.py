@@ -1,6 +1,6 @@
 """CompileJob status fields from a published engine's manifest (pure)."""
 
-from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.registry.manifest import EngineManifest, ServingTuning
 from tensorkiln.status.conditions import condition
 
 
@@ -43,6 +43,25 @@ def _padding_note(manifest: EngineManifest) -> str:
     )
 
 
+def serving_tuning_summary(tuning: ServingTuning) -> dict:
+    """CompileJob status.servingTuning: the settings chosen, and the simulated figures that chose them."""
+    setting = tuning.setting
+    lone, high = (f(tuning.simulated, key=lambda load: load.clients) for f in (min, max))
+    unbatched = next((load for load in tuning.unbatched if load.clients == high.clients), tuning.unbatched[-1])
+    return {
+        "dynamicBatching": setting.dynamic_batching,
+        "preferredBatchSizes": setting.preferred_batch_sizes,
+        "maxQueueDelayMicroseconds": setting.max_queue_delay_microseconds,
+        "instances": setting.instances,
+        "clients": high.clients,
+        "throughputPerSecond": round(high.throughput_per_s, 1),
+        "unbatchedThroughputPerSecond": round(unbatched.throughput_per_s, 1),
+        "throughputBoundPerSecond": round(tuning.throughput_bound_per_s, 1),
+        "loneClientP95Ms": round(lone.p95_ms, 3),
+        "reason": tuning.reason[:1024],
+    }
+
+
 def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bool) -> tuple[dict, list[dict]]:
     """(status fields, conditions) describing the engine a CompileJob ended with."""
     batch_size = manifest.selection.objective.get("batchSize", 1)
@@ -62,6 +81,8 @@ def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bo
         "selection": selection,
         "candidates": [_summary(c, batch_size) for c in manifest.candidates][:64],
     }
+    if manifest.serving_tuning:
+        fields["servingTuning"] = serving_tuning_summary(manifest.serving_tuning)
     data = "synthetic inputs only (no dataset given)" if synthetic else "the validation set"
     data += _padding_note(manifest)
     rejected_note = f"; rejected: {', '.join(c.id for c in rejected)}" if rejected else ""
