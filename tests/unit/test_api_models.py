@@ -14,6 +14,7 @@ from tensorkiln.api import (
     InferenceModelStatus,
     field_errors,
 )
+from tensorkiln.builders.tritonconfig import batcher
 from tensorkiln.status.conditions import condition, merge_conditions
 
 URI = "https://models.example.com/resnet50/model.onnx"
@@ -49,8 +50,11 @@ def test_defaults():
     assert spec.compile.accuracy.min_cosine_similarity == 0.99
     assert spec.compile.objective.metric == "LatencyP95" and spec.compile.objective.batch_size == 1
     assert spec.serving.image == "nvcr.io/nvidia/tritonserver:25.10-py3"
-    assert spec.serving.max_batch_size == 32 and spec.serving.instances_per_gpu == 1
-    assert spec.serving.dynamic_batching.preferred_batch_sizes == [8, 16]
+    assert spec.serving.max_batch_size == 32
+    # Unset, and left unset: derived per hardware class from its engine (builders.tritonconfig.batcher).
+    batching = spec.serving.dynamic_batching
+    assert spec.serving.instances_per_gpu is None and batching.enabled is None
+    assert batching.preferred_batch_sizes is None and batching.max_queue_delay_microseconds is None
     assert spec.serving.dynamic_batching.queue_policy.timeout_action == "REJECT"
     assert spec.rollout.max_surge == "25%" and spec.rollout.keep_previous_engine is True
     assert spec.slo is None and spec.io is None and spec.source.format == "onnx"
@@ -70,7 +74,7 @@ def test_camel_case_round_trip():
     wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert wire["hardware"]["includeCPU"] is True
     assert wire["serving"]["instancesPerGPU"] == 2
-    assert wire["serving"]["dynamicBatching"]["maxQueueDelayMicroseconds"] == 2000
+    assert "maxQueueDelayMicroseconds" not in wire["serving"]["dynamicBatching"]  # unset: the compile's choice
     assert wire["slo"]["scaleDownStabilizationSeconds"] == 300
     assert "precisions" not in wire["compile"]  # unset: from the compile node's hardware
     assert "sha256" not in wire["source"]  # exclude_none: unset optionals stay off the wire
@@ -216,12 +220,13 @@ def test_validation_names_the_field(overrides, expected):
     ],
 )
 def test_unset_batch_sizes_are_derived_from_those_set(overrides, derived):
+    """`preferred` is what Triton gets for an engine compiled without a choice of its own."""
     spec = InferenceModelSpec.model_validate(spec_with(**overrides))
-    batch, batching = spec.shapes.batch, spec.serving.dynamic_batching
+    batch, serving = spec.shapes.batch, spec.model_dump(by_alias=True, exclude_none=True, mode="json")["serving"]
     actual = {
         "shapes.batch": (batch.min, batch.opt, batch.max),
         "serving.maxBatchSize": spec.serving.max_batch_size,
-        "preferred": batching.preferred_batch_sizes,
+        "preferred": batcher(serving, None, gpu=False).preferred_batch_sizes,
         "objective": spec.compile.objective.batch_size,
     }
     assert {k: actual[k] for k in derived} == derived
@@ -250,7 +255,7 @@ def test_derived_values_are_written_out_and_read_back_alike():
     spec = InferenceModelSpec.model_validate(spec_with(**{"serving.maxBatchSize": 4, "slo.targetMilliseconds": 20}))
     wire = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert wire["shapes"]["batch"] == {"min": 1, "opt": 8, "max": 32}
-    assert wire["serving"]["dynamicBatching"]["preferredBatchSizes"] == [4]
+    assert "preferredBatchSizes" not in wire["serving"]["dynamicBatching"]  # per class, from its engine
     assert wire["compile"]["objective"]["batchSize"] == 1 and wire["slo"]["maxReplicas"] == 10
     assert InferenceModelSpec.model_validate(wire).model_dump(by_alias=True, exclude_none=True, mode="json") == wire
 

@@ -28,8 +28,9 @@ def test_sequence_batching_defaults_and_switches_the_dynamic_batcher_off():
     assert (batcher.strategy, batcher.max_sequence_idle_microseconds, batcher.state_kept_by) == ("Oldest", 10**6,
                                                                                                 "Triton")  # fmt: skip
     assert batcher.max_queue_delay_microseconds == 0 and batcher.max_candidate_sequences is None
-    assert spec.serving.dynamic_batching.enabled is False
-    assert InferenceModelSpec.model_validate(spec_with()).serving.dynamic_batching.enabled is True
+    # enabled stays unset (it is derived per class: builders.tritonconfig.batcher), and reads as off.
+    assert spec.serving.dynamic_batching.enabled is None and spec.serving.dynamic_batching_on() is False
+    assert InferenceModelSpec.model_validate(spec_with()).serving.dynamic_batching_on() is True
     assert refusals(sequence()) == []
 
 
@@ -68,7 +69,7 @@ def test_refusals_name_the_field(fields, expected):
 def test_preferred_sizes_are_not_held_against_max_batch_size_while_the_sequence_batcher_schedules():
     spec = sequence()
     spec["serving"]["dynamicBatching"] = {"preferredBatchSizes": [16]}  # maxBatchSize is 0: unused, not refused
-    assert InferenceModelSpec.model_validate(spec).serving.dynamic_batching.enabled is False
+    assert InferenceModelSpec.model_validate(spec).serving.dynamic_batching_on() is False
     assert refusals(spec) == []
 
 

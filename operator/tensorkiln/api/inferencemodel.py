@@ -43,7 +43,9 @@ INT32_MAX = 2**31 - 1  # replicas and counts in Deployments and HorizontalPodAut
 UINT32_MAX = 2**32 - 1
 MAX_STABILIZATION_SECONDS = 3600  # a HorizontalPodAutoscaler's stabilizationWindowSeconds limit
 MAX_BATCH_SIZE = 4096
+# The batcher's settings for an engine whose compile chose none (compiled before the compile tuned them).
 DEFAULT_PREFERRED_BATCH_SIZES = (8, 16)
+DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS = 2000
 DEFAULT_MAX_REPLICAS = 10
 
 
@@ -255,8 +257,10 @@ class DynamicBatching(SpecModel):
     enabled: bool | None = Field(
         None,
         description=(
-            "Whether Triton batches concurrent requests. Unset: true, false when serving.sequenceBatching is set "
-            "(a model has one scheduler: the dynamic batcher or the sequence batcher)."
+            "Whether Triton batches concurrent requests. Unset: false when serving.sequenceBatching is set (a model "
+            "has one scheduler: the dynamic batcher or the sequence batcher); else as the compile chose for the "
+            "class's engine (CompileJob status.servingTuning: off when batching gains nothing on the node), and true "
+            "for an engine compiled without that choice."
         ),
     )
     preferred_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]] | None = Field(
@@ -265,15 +269,20 @@ class DynamicBatching(SpecModel):
         json_schema_extra=LIST_SET,
         description=(
             "Batch sizes the batcher tries to form; each must be <= serving.maxBatchSize. Empty: none, the "
-            "batcher forms the largest batches it can. Unset: "
+            "batcher forms the largest batches it can. Unset: those the compile chose for the class's engine "
+            "(CompileJob status.servingTuning); for an engine compiled without that choice, "
             f"{' and '.join(map(str, DEFAULT_PREFERRED_BATCH_SIZES))}, each lowered to serving.maxBatchSize when "
             "above it (maxBatchSize 4 gives 4 alone); none when batching is off (maxBatchSize 0)."
         ),
     )
-    max_queue_delay_microseconds: int = Field(
-        2000,
+    max_queue_delay_microseconds: int | None = Field(
+        None,
         ge=0,
-        description="How long a request may wait for a preferred batch to fill, in microseconds.",
+        description=(
+            "How long a request may wait for a preferred batch to fill, in microseconds. Unset: what the compile "
+            "chose for the class's engine (CompileJob status.servingTuning); for an engine compiled without that "
+            f"choice, {DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS}."
+        ),
     )
     queue_policy: QueuePolicy = Field(default_factory=QueuePolicy, description="Queue limits and timeout behaviour.")
 
@@ -338,12 +347,16 @@ class ServingOptions(SpecModel):
             "and shape (a state pair). Unset: requests are independent."
         ),
     )
-    instances_per_gpu: int = Field(
-        1,
+    instances_per_gpu: int | None = Field(
+        None,
         ge=1,
         le=16,
         alias="instancesPerGPU",
-        description="Model instances Triton runs on each GPU (CPU classes: per pod).",
+        description=(
+            "Model instances Triton runs on each GPU of a GPU class. Unset: the count the compile chose for the "
+            "class's engine (CompileJob status.servingTuning), else 1. CPU classes run the count the compile chose "
+            "per pod, else 1."
+        ),
     )
     resources: ResourceRequirements | None = Field(
         None,
@@ -356,17 +369,16 @@ class ServingOptions(SpecModel):
         return self.sequence_batching is None if enabled is None else enabled
 
     def derive_unset(self, batch_max: int) -> None:
-        """Fill maxBatchSize and the preferred batch sizes where unset, as their descriptions say;
-        `batch_max`: shapes.batch.max, itself derived first."""
+        """Fill maxBatchSize where unset, as its description says; `batch_max`: shapes.batch.max, itself
+        derived first. The batcher's fields and the instance count stay unset: they are derived per hardware
+        class, from its engine (builders.tritonconfig.batcher), and a field the spec sets always wins."""
         if self.max_batch_size is None:
             self.max_batch_size = min(batch_max, MAX_BATCH_SIZE)
-        batching = self.dynamic_batching
-        batching.enabled = self.dynamic_batching_on()
-        if batching.preferred_batch_sizes is None:
-            limit = self.max_batch_size
-            batching.preferred_batch_sizes = (
-                sorted({min(size, limit) for size in DEFAULT_PREFERRED_BATCH_SIZES}) if limit else []
-            )
+
+
+def default_preferred_batch_sizes(max_batch_size: int) -> list[int]:
+    """serving.dynamicBatching.preferredBatchSizes for an engine compiled without a choice of its own."""
+    return sorted({min(size, max_batch_size) for size in DEFAULT_PREFERRED_BATCH_SIZES}) if max_batch_size else []
 
 
 class SLO(SpecModel):

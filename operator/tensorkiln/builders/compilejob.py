@@ -46,6 +46,17 @@ def options_hash(compile_spec: dict) -> str:
     return digest(hashed, 16)
 
 
+def batcher_tuning(spec: dict) -> dict | None:
+    """The CompileJob's batcherTuning: what the compile tunes Triton's dynamic batcher for; None when Triton
+    does not batch (maxBatchSize 0; the sequence batcher, whose settings the spec gives, replaces it)."""
+    if spec["serving"]["maxBatchSize"] == 0 or spec["serving"].get("sequenceBatching"):
+        return None
+    tuning = {"maxBatchSize": spec["serving"]["maxBatchSize"]}
+    if slo := spec.get("slo"):
+        tuning |= {"sloTargetMilliseconds": slo["targetMilliseconds"], "sloPercentile": slo["percentile"]}
+    return tuning
+
+
 def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: Settings) -> dict:
     """The CompileJob that builds `model`'s engine for `target`.
 
@@ -89,7 +100,9 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         job_spec["batched"] = False
     if spec["serving"].get("sequenceBatching"):
         job_spec["sequenceBatching"] = spec["serving"]["sequenceBatching"]
-    job_spec["optionsHash"] = options_hash(job_spec)
+    elif tuning := batcher_tuning(spec):
+        job_spec["batcherTuning"] = tuning
+    job_spec["optionsHash"] = options_hash(job_spec)  # batcherTuning aside: it does not change the engine
     return {
         "apiVersion": API_VERSION,
         "kind": "CompileJob",

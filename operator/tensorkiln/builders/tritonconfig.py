@@ -26,6 +26,12 @@ the python-backend runtime the pairs go in the `sequence_state` parameter and th
 sequence's state itself, keyed by correlation id: the config then has START, END, READY and CORRID
 control inputs, the spec's own names where it gives them, else the runner's (RUNNER_CONTROLS).
 
+Batcher and instances (`batcher`): each field spec.serving sets; the others as the compile chose them for
+the engine on its node (manifest.servingTuning: tensorkiln_compiler.batching, a model of the dynamic batcher
+fed the engine's measured latency per batch size), else the fixed defaults (preferred sizes 8 and 16,
+2000 µs, one instance) for an engine compiled without that choice. The instance count is per GPU on a GPU
+class (spec.serving.instancesPerGPU), per pod on a CPU class (the compile's choice, else 1).
+
 Runtime settings: the engine is served with the runtime settings its compile measured, those of the
 selected candidate (the compiler's tuning stage may have picked a settings variant):
 - native OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
@@ -38,11 +44,13 @@ selected candidate (the compiler's tuning stage may have picked a settings varia
 """
 
 import json
+from dataclasses import dataclass
 
 from google.protobuf import json_format, text_format
 from google.protobuf.json_format import ParseError
 
 from tensorkiln.api.common import DEFAULT_CANDIDATE_SEQUENCES
+from tensorkiln.api.inferencemodel import DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS, default_preferred_batch_sizes
 from tensorkiln.builders.tritonschema import model_config_pb2
 from tensorkiln.registry.manifest import EngineManifest
 
@@ -114,14 +122,54 @@ def _tensors(
     return rendered
 
 
-def _dynamic_batching(serving: dict, batched: bool) -> dict | None:
-    batching = serving["dynamicBatching"]
-    if not batching["enabled"] or not batched:
+@dataclass(frozen=True)
+class Batcher:
+    """The dynamic batcher's settings and the instance count a target is served with (`batcher`)."""
+
+    enabled: bool
+    preferred_batch_sizes: list[int]
+    max_queue_delay_microseconds: int
+    instances: int
+
+
+def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batcher:
+    """For a GPU class (`gpu`) or a CPU class: each field spec.serving sets; for a field left unset, the
+    compile's choice for the engine (manifest.servingTuning; None: not known yet), else the fixed defaults
+    an engine compiled without that choice gets. The sequence batcher, when set, turns the dynamic batcher
+    off (a model has one scheduler). Tuned preferred sizes above serving.maxBatchSize (lowered since the
+    compile) are not used: the defaults stand in."""
+    batching, max_batch = serving["dynamicBatching"], serving["maxBatchSize"]
+    tuned = manifest.serving_tuning.setting if manifest and manifest.serving_tuning else None
+    if tuned and any(size > max_batch for size in tuned.preferred_batch_sizes):
+        tuned = tuned.model_copy(update={"preferred_batch_sizes": default_preferred_batch_sizes(max_batch)})
+    enabled = batching.get("enabled")
+    if enabled is None:
+        enabled = not serving.get("sequenceBatching") and (tuned.dynamic_batching if tuned else True)
+    preferred = batching.get("preferredBatchSizes")
+    if preferred is None:
+        preferred = tuned.preferred_batch_sizes if tuned else default_preferred_batch_sizes(max_batch)
+    delay = batching.get("maxQueueDelayMicroseconds")
+    if delay is None:
+        delay = tuned.max_queue_delay_microseconds if tuned else DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS
+    return Batcher(enabled, list(preferred), delay, instance_count(serving, manifest, gpu))
+
+
+def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) -> int:
+    """Model instances per GPU (spec.serving.instancesPerGPU), or per pod on a CPU class; unset, as the
+    compile chose them (manifest.servingTuning), else 1."""
+    instances = serving.get("instancesPerGPU") if gpu else None  # a CPU class: per pod, not the GPU count
+    if instances is not None:
+        return instances
+    return manifest.serving_tuning.setting.instances if manifest and manifest.serving_tuning else 1
+
+
+def _dynamic_batching(serving: dict, settings: Batcher, batched: bool) -> dict | None:
+    if not settings.enabled or not batched:
         return None
-    policy = batching["queuePolicy"]
+    policy = serving["dynamicBatching"]["queuePolicy"]
     return {
-        "preferredBatchSize": batching["preferredBatchSizes"],
-        "maxQueueDelayMicroseconds": batching["maxQueueDelayMicroseconds"],
+        "preferredBatchSize": settings.preferred_batch_sizes,
+        "maxQueueDelayMicroseconds": settings.max_queue_delay_microseconds,
         "defaultQueuePolicy": {
             "timeoutAction": policy["timeoutAction"],
             "defaultTimeoutMicroseconds": policy["timeoutMicroseconds"],
@@ -228,14 +276,13 @@ def config_dict(
     gpu = manifest.hardware_kind == "GPU"
     sequence = sequence_batching(manifest, serving, batched, runtime)
     hidden = sequence["hidden"] if sequence else set()
+    settings = batcher(serving, manifest, gpu)
     config = {
         "name": name,
         "maxBatchSize": serving["maxBatchSize"] if batched else 0,
         "input": _tensors(manifest, manifest.inputs, batched, hidden, runtime if sequence else None),
         "output": _tensors(manifest, manifest.outputs, batched, hidden, runtime if sequence else None),
-        "instanceGroup": [
-            {"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": serving["instancesPerGPU"] if gpu else 1}
-        ],
+        "instanceGroup": [{"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": settings.instances}],
     }
     if runtime == PYTHON_BACKEND:
         # The Python backend's model file is model.py; the runner finds the engine by parameter.
@@ -255,7 +302,7 @@ def config_dict(
             config |= _onnxruntime_native(selected_settings(manifest))
     if sequence:  # the one scheduler: ModelConfig's scheduling_choice is a oneof
         config["sequenceBatching"] = sequence["config"]
-    elif batching := _dynamic_batching(serving, batched):
+    elif batching := _dynamic_batching(serving, settings, batched):
         config["dynamicBatching"] = batching
     return config
 

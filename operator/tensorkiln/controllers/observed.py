@@ -112,7 +112,7 @@ def _gather_target(
             registry_error = str(error)
             log.warning("engine %s of %s/%s unavailable: %s", engine[:12], namespace, meta["name"], error)
     if scaled_by_operator(spec) and rollout is not None and rollout.serving:
-        outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target))
+        outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target), manifest)
     pods = tuple(state.pods(namespace, serving.selector(model, target))) if rollout is not None else ()
     return TargetObserved(target, compile_job, objects, pods, manifest, registry_error, outcome)
 

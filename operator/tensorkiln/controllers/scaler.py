@@ -10,7 +10,9 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from tensorkiln.builders.tritonconfig import instance_count
 from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.scaling.decision import Decision, Policy, Sample, decide
 from tensorkiln.scaling.metrics import MetricsUnavailable, observe
 from tensorkiln.status.conditions import timestamp
@@ -29,10 +31,11 @@ class Outcome:
     events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message): an action, reaching the maximum
 
 
-def policy_of(spec: dict, target: HardwareClass) -> Policy:
+def policy_of(spec: dict, target: HardwareClass, manifest: EngineManifest | None = None) -> Policy:
+    """`manifest`: the engine the target is to serve, whose compile may have chosen its instance count."""
     slo = spec["slo"]
     return Policy(
-        instances=spec["serving"]["instancesPerGPU"] if target.kind == "GPU" else 1,
+        instances=instance_count(spec.get("serving", {}), manifest, target.kind == "GPU"),
         target_ms=slo["targetMilliseconds"],
         percentile=slo["percentile"],
         min_replicas=max(slo["minReplicas"], 1),
@@ -72,8 +75,17 @@ class Scaler:
             self._history[key] = samples
             return list(samples)
 
-    def evaluate(self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict) -> Outcome:
-        """Desired replicas for a serving target under spec.slo; `previous` is its last slo status."""
+    def evaluate(
+        self,
+        model: dict,
+        spec: dict,
+        target: HardwareClass,
+        rollout: Rollout,
+        previous: dict,
+        manifest: EngineManifest | None = None,
+    ) -> Outcome:
+        """Desired replicas for a serving target under spec.slo; `previous` is its last slo status, `manifest`
+        that of the engine it is to serve (None: not read)."""
         meta = model["metadata"]
         key, now = (meta["namespace"], meta["name"], target.name), time.monotonic()
         with self._lock:
@@ -81,19 +93,27 @@ class Scaler:
         if last is not None and now - last[0] < self.period:
             outcome = last[1]
             return replace(outcome, replicas=outcome.replicas if outcome.decision else rollout.replicas, events=())
-        outcome = self._evaluate(model, spec, target, rollout, previous)
+        outcome = self._evaluate(model, spec, target, rollout, previous, manifest)
         with self._lock:
             self._outcomes[key] = (now, outcome)
         return outcome
 
-    def _evaluate(self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict) -> Outcome:
+    def _evaluate(
+        self,
+        model: dict,
+        spec: dict,
+        target: HardwareClass,
+        rollout: Rollout,
+        previous: dict,
+        manifest: EngineManifest | None,
+    ) -> Outcome:
         meta = model["metadata"]
         hold = rollout.replicas
         if target.simulated:
             return Outcome(hold, previous, (False, "SimulatedPool", "no Triton runs on kwok-simulated nodes"), None)
         if self.prometheus is None:
             return Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
-        policy = policy_of(spec, target)
+        policy = policy_of(spec, target, manifest)
         try:
             obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, policy.percentile)
         except MetricsUnavailable as error:
