@@ -88,6 +88,17 @@ def test_a_relisting_replaces_the_store_and_says_what_changed():
     assert sorted(o["metadata"]["name"] for o in store.all()) == ["changed", "new", "same"]
 
 
+def test_a_namespace_s_listing_leaves_the_other_namespaces_alone():
+    """One informer per watched namespace fills the kind's one store: the listing of one namespace
+    once dropped every other namespace's objects, and a model there was never reconciled."""
+    store = cache.KindStore(KIND["InferenceModel"])
+    store.put(obj("InferenceModel", "a", namespace="one"))
+    store.put(obj("InferenceModel", "b", namespace="two"))
+    changes = store.replace([obj("InferenceModel", "c", namespace="two")], namespace="two")
+    assert sorted((t, o["metadata"]["name"]) for t, o in changes) == [("ADDED", "c"), ("DELETED", "b")]
+    assert sorted(o["metadata"]["name"] for o in store.all()) == ["a", "c"]
+
+
 def test_owned_kinds_are_cached_only_with_our_managed_by_label():
     for kind in ("Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"):
         assert KIND[kind].selector == "app.kubernetes.io/managed-by=tensorkiln"

@@ -136,9 +136,11 @@ class KindStore:
         with self._lock:
             self._drop(_key(body))
 
-    def replace(self, bodies: list[dict]) -> list[tuple[str, dict]]:
-        """Hold exactly `bodies` (a fresh listing); returns the changes as (event type, object),
-        for a listing that follows a broken watch."""
+    def replace(self, bodies: list[dict], namespace: str | None = None) -> list[tuple[str, dict]]:
+        """Hold exactly `bodies` (a fresh listing) in `namespace` (None: in every namespace), the
+        other namespaces' objects untouched (each watched namespace has an informer of its own
+        over this one store); returns the changes as (event type, object), for a listing that
+        follows a broken watch."""
         listed = {_key(b) for b in bodies}
         changes = []
         for body in bodies:
@@ -147,7 +149,11 @@ class KindStore:
             if before is None or before["metadata"].get("resourceVersion") != body["metadata"].get("resourceVersion"):
                 changes.append(("ADDED" if before is None else "MODIFIED", body))
         with self._lock:
-            gone = [(key, self._objects[key][1]) for key in self._objects if key not in listed]
+            gone = [
+                (key, self._objects[key][1])
+                for key in self._objects
+                if key not in listed and (namespace is None or key[0] == namespace)
+            ]
             for key, _ in gone:
                 self._drop(key)
         return changes + [("DELETED", self._unpack(obj)) for _, obj in gone]

@@ -98,7 +98,7 @@ class Informer:
             token = listing.get("metadata", {}).get("continue")
             if not token:
                 break
-        changes = self.store.replace(objects)
+        changes = self.store.replace(objects, self.namespace if self.kind.namespaced else None)
         if self._listed_once:  # a relist: tell what changed meanwhile, as events would have
             for type_, obj in changes:
                 self.on_event(self.kind.kind, type_, obj)
