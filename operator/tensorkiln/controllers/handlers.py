@@ -220,9 +220,13 @@ class Controller:
         key, running = self.queue.longest_running()
         if running > STUCK_SECONDS:
             log.warning("the reconcile of %s %s/%s has run for %.0f s", *key, running)
-        for obj in [*models, *self.cache.all("CompileJob")]:
+        self._enqueue_all([*models, *self.cache.all("CompileJob")])
+
+    def _enqueue_all(self, objects: list[dict]) -> None:
+        """Each of `objects` not being deleted, queued behind whatever events queue."""
+        for obj in objects:
             if not obj["metadata"].get("deletionTimestamp"):
-                self.enqueue(obj, background=True)  # behind whatever events queue
+                self.enqueue(obj, background=True)
 
     # -- the queue
 
@@ -361,9 +365,7 @@ class Controller:
         else:
             self._node_labels[name] = labels
         if type_ in ("ADDED", "DELETED") or (known is not None and known != labels):
-            for model in self.cache.all("InferenceModel"):
-                if not model["metadata"].get("deletionTimestamp"):
-                    self.enqueue(model, background=True)
+            self._enqueue_all(self.cache.all("InferenceModel"))
 
 
 def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Controller:
