@@ -28,3 +28,14 @@ def test_stopped_components_are_found_from_kwokctls_pid_files(tmp_path, monkeypa
     (tmp_path / "pids" / "kube-apiserver.pid").write_text(str(os.getpid()))
     (tmp_path / "pids" / "etcd.pid").write_text("not a pid")
     assert cluster._dead_components() == ["etcd", "kube-controller-manager"]
+
+
+def test_cluster_up_starts_again_a_component_that_exited_while_another_was_starting(monkeypatch):
+    # After a machine restart, the kube-apiserver gave up on an etcd still replaying its backend.
+    still_dead = [["etcd", "kube-apiserver"], ["kube-apiserver"], []]
+    starts = []
+    monkeypatch.setattr(cluster, "_dead_components", lambda: still_dead.pop(0))
+    monkeypatch.setattr(cluster, "_api_ready", lambda: not still_dead)
+    monkeypatch.setattr(cluster, "_kwokctl", lambda *args: starts.append(args))
+    cluster._restart_stopped_components()
+    assert starts == [("start", "cluster", "--wait", "60s")] * 2

@@ -72,6 +72,23 @@ def _dead_components() -> list[str]:
     return dead
 
 
+RESTART_ATTEMPTS = 3
+
+
+def _restart_stopped_components() -> None:
+    """Start what kwokctl started and is gone, until nothing is. After the machine stopped, every
+    component starts at once; an etcd replaying a large backend (40 s after a 1000-model benchmark)
+    is not serving within the kube-apiserver's 20 s storage deadline, and that apiserver exits.
+    The next start finds etcd serving."""
+    for _ in range(RESTART_ATTEMPTS):
+        dead = _dead_components()
+        if not dead and _api_ready():
+            return
+        if dead:
+            print(f"restarting the cluster's stopped components: {', '.join(dead)}", file=sys.stderr)
+        _kwokctl("start", "cluster", "--wait", "60s")  # starts only what is not running
+
+
 def _api_ready() -> bool:
     if not paths.KUBECONFIG.exists():
         return False
@@ -125,10 +142,7 @@ def _start_control_plane() -> None:
         )
         down()
     if _cluster_exists():
-        if dead := _dead_components():
-            print(f"restarting the cluster's stopped components: {', '.join(dead)}", file=sys.stderr)
-        if dead or not _api_ready():
-            _kwokctl("start", "cluster", "--wait", "120s")  # starts only what is not running
+        _restart_stopped_components()
         return
     paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
     recorded.write_text(fingerprint)
