@@ -199,3 +199,14 @@ def test_listings_come_from_the_cache(kind):
         assert state.nodes() == [cache.kept(listed)]
     else:
         assert state.cache.all(kind) == [cache.kept(listed)]
+
+
+def test_objects_are_kept_deflated_against_the_kinds_first_object():
+    store = cache.KindStore(KIND["Deployment"])
+    template = {"replicas": 1, "template": {"spec": {"containers": [{"name": "triton", "args": ["x" * 40] * 50}]}}}
+    for i in range(3):
+        store.put(obj("Deployment", f"model-{i}", labels=MANAGED_BY, spec=template))
+    stored = [packed for _, packed in store._objects.values()]
+    assert all(len(packed) < 100 for packed in stored[1:])  # about 2 kB of JSON each
+    assert [d["metadata"]["name"] for d in store.all()] == ["model-0", "model-1", "model-2"]
+    assert store.get("ns", "model-2")["spec"] == template

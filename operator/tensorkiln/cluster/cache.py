@@ -7,7 +7,10 @@ label values the reconcilers select by (`CachedKind.by_labels`). Memory at a tho
 mostly this cache, so objects are kept as compact JSON and parsed at each read (`CachedKind.packed`:
 a parsed object takes about five times the memory of its JSON, and parsing one costs tens of
 microseconds), and Pods, the most numerous kind, with only the fields the reconcilers read
-(`CachedKind.only`). The cache serves once every kind has its first listing.
+(`CachedKind.only`). The JSON is deflated with the kind's first object as zlib's preset dictionary:
+objects of one kind, built by the same builders, share most of their text, so an object of 1-6 kB
+keeps a fifth to a tenth of it (plain zlib: a half), for a few microseconds more per read. The cache serves
+once every kind has its first listing.
 
 Owned kinds are kept only when they carry our managed-by label: a derived name taken by an object
 that is not ours is found by a GET at the moment we would create ours (ClusterState.confirm).
@@ -26,6 +29,7 @@ import copy
 import json
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -103,16 +107,26 @@ class KindStore:
         self._objects: dict[tuple[str | None, str], tuple[list[tuple], bytes | dict]] = {}
         self._by_label: dict[tuple, dict[tuple[str | None, str], None]] = {}  # an ordered set of names
         self._lock = threading.Lock()
+        self._zdict: bytes | None = None  # the first object's JSON, for as long as the store lives
 
     def _label_keys(self, obj: dict) -> list[tuple]:
         namespace, labels = obj["metadata"].get("namespace"), obj["metadata"].get("labels") or {}
         return [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
 
     def _pack(self, obj: dict) -> bytes | dict:
-        return json.dumps(obj, separators=(",", ":")).encode() if self.kind.packed else obj
+        if not self.kind.packed:
+            return obj
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        if self._zdict is None:
+            with self._lock:  # one dictionary, whichever informer thread puts first
+                self._zdict = self._zdict or text
+        deflate = zlib.compressobj(1, zdict=self._zdict)
+        return deflate.compress(text) + deflate.flush()
 
     def _unpack(self, kept_: bytes | dict) -> dict:
-        return json.loads(kept_) if self.kind.packed else kept_
+        if not self.kind.packed:
+            return kept_
+        return json.loads(zlib.decompressobj(zdict=self._zdict).decompress(kept_))
 
     def _drop(self, key: tuple[str | None, str]) -> bool:
         before = self._objects.pop(key, None)
