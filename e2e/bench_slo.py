@@ -137,7 +137,7 @@ def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir
         mode = "Operator" if policy == "slo" else "HPA"
         prepared = prepare(api, registry_uri, namespace, workload, work_dir, 900, mode, measured)
         deployment, phases = prepared.deployment, prepared.phases
-        slo = workload.slo
+        slo = prepared.workload.slo  # a calibrated workload's target: as its capacity was measured
         apps = client.AppsV1Api(api)
         if policy != "slo":  # start where the SLO policy starts: at the minimum
             apps.patch_namespaced_deployment_scale(
@@ -166,7 +166,7 @@ def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir
         server_reports, server_series = report(phases, requests, points, target, percentile, source="server")
         return {"requests": requests, "points": points, "reports": reports, "series": series, "phases": phases,
                 "server_reports": server_reports, "server_series": server_series,
-                "capacity": prepared.capacity}  # fmt: skip
+                "capacity": prepared.capacity, "workload": prepared.workload}  # fmt: skip
     finally:
         operator.terminate()
         operator.wait()
@@ -323,7 +323,7 @@ def main() -> None:
                 by_policy[policy] = run_policy(api, workload, policy, registry, Path(work), args.seed, measured)
                 measured = by_policy[policy]["capacity"]
                 print(f"  {_figures(by_policy[policy])}", flush=True)
-            results[name] = (workload, by_policy)
+            results[name] = (by_policy["slo"]["workload"], by_policy)
     RESULTS.mkdir(exist_ok=True)
     plot(results, RESULTS / "slo.png")
     (RESULTS / "slo.md").write_text(write_report(results, started, load_before, os.getloadavg()))

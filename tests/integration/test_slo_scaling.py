@@ -3,8 +3,9 @@ the Deployment through its scale subresource, under an open-loop step load (low,
 
 The workloads (tensorkiln_local.cluster.slo_workloads): a SIMULATION of a GPU-bound engine (fixed
 service time, computes nothing) that scales out to 6+ replicas, and PP-OCR's real text detector,
-compiled on local-0, whose load is sized in the same run from what one replica was measured to
-sustain (serving.capacity), so that one replica must miss the step on a quiet machine or a busy one.
+compiled on local-0, whose load and target are sized in the same run from what one replica was
+measured to sustain (serving.capacity), so that one replica must miss the step on a quiet machine
+or a busy one.
 """
 
 import pytest
@@ -26,7 +27,7 @@ def step_load(api, operator, namespace, workload: Workload, tmp_path, ready_with
     deployment, phases = prepared.deployment, prepared.phases
     server = triton_latency(api, namespace, deployment, workload)
     requests, points = run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, 0, server)
-    slo = workload.slo
+    slo = prepared.workload.slo
     reports, _ = report(phases, requests, points, slo["targetMilliseconds"], slo["percentile"], source=source)
     events = [f"{e.reason}: {e.message}" for e in scale_events(api, namespace, workload.name)]
     return reports, events, points

@@ -7,10 +7,11 @@ one replica the bottleneck:
   a fixed-service-time engine (origin "simulation", see engine_seeds) that computes nothing, so
   2 CPUs can hold 8 replicas and the scaler can be seen going to 6 and more;
 - `DETECTOR`: a real model, PP-OCR's text detector at 480x480, compiled on local-0 (OpenVINO FP32
-  only, for a short compile), one instance and one thread per pod. Its speed is the machine's, so
-  its load is not a constant: `prepare` first measures what one replica sustains at the SLO
-  target (serving.capacity), then runs the low phases at 0.5x and the step at 1.6x of that, so
-  one replica must miss and two could meet it, on a quiet machine or a busy one.
+  only, for a short compile), one instance per pod. Its speed is the machine's, so its load and
+  its target are not constants: `prepare` first measures what one replica sustains at the SLO
+  target, raised to twice the latency of its lightest load where that is higher
+  (serving.capacity), then runs the low phases at 0.5x and the step at 1.6x of that rate, so one
+  replica must miss and two could meet it, on a quiet machine or a busy one.
 """
 
 import copy
@@ -45,7 +46,7 @@ class Workload:
     model: OcrModel
     spec: dict
     # low, high, low: requests per second, or, with `calibrated`, multiples of the rate one
-    # replica was measured to sustain at the SLO target
+    # replica was measured to sustain at the SLO target (as calibrated: Prepared.workload)
     phases: tuple[Phase, ...]
     simulated_service_ms: float | None = None  # a simulation: publish its engine before applying
     calibrated: bool = False
@@ -137,6 +138,7 @@ DETECTOR = Workload(
 
 @dataclass(frozen=True)
 class Prepared:
+    workload: Workload  # as served: a calibrated workload with the SLO target its capacity was measured at
     deployment: str  # the target's Deployment
     phases: list[Phase]  # in requests per second
     capacity: capacity.Capacity | None  # measured in this run, for a calibrated workload
@@ -191,10 +193,11 @@ def prepare(
     """Deploy the workload and size its load. A calibrated workload is first served with its
     maximum held at one replica while `capacity.measure` ramps a load on it (or takes `measured`,
     to give a second run the same load); then, once Triton's latency window has forgotten the
-    ramp, the maximum is set back, so the scaler never acts on the ramp."""
+    ramp, the maximum is set back, so the scaler never acts on the ramp, and the target is the one
+    the capacity was measured at."""
     if not workload.calibrated:
         deployment = deploy(api, registry_uri, namespace, workload, work_dir, ready_within, mode)
-        return Prepared(deployment, [*workload.phases], None)
+        return Prepared(workload, deployment, [*workload.phases], None)
     slo = workload.slo
     held = dataclasses.replace(workload, spec={**workload.spec, "slo": {**slo, "maxReplicas": slo["minReplicas"]}})
     deployment = deploy(api, registry_uri, namespace, held, work_dir, ready_within, mode)
@@ -204,11 +207,12 @@ def prepare(
             api, namespace, workload.name, workload.name, workload.inputs(), slo["targetMilliseconds"], latency
         )
         _wait_until_forgotten(latency, 240)
-    patch = {"spec": {"slo": {"maxReplicas": slo["maxReplicas"]}}}
+    patch = {"spec": {"slo": {"maxReplicas": slo["maxReplicas"], "targetMilliseconds": measured.target_ms}}}
     custom = client.CustomObjectsApi(api)
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", workload.name, patch)
     phases = [dataclasses.replace(p, rate=p.rate * measured.rate) for p in workload.phases]
-    return Prepared(deployment, phases, measured)
+    served = dataclasses.replace(workload, spec={**workload.spec, "slo": {**slo, **patch["spec"]["slo"]}})
+    return Prepared(served, deployment, phases, measured)
 
 
 def _wait_until_forgotten(latency, within: float) -> None:

@@ -10,6 +10,11 @@ e2e/bench_slo.py size their loads from a measurement taken in the same run:
    step's end the latency the scaler reads (Triton's percentile, from Prometheus), until it
    crosses the target.
 
+The target is at least TARGET_OVER_FLOOR times the latency read at the ramp's lightest step: a
+request's latency there is already several times its mean service time on 2 shared CPUs (the
+clients serialise 2.7 MB images beside the server), 106-184 ms in CI runs against a 200 ms
+target, so a load at half the capacity could cross a fixed target by noise alone.
+
 The sustainable rate is the last step whose latency stayed under the target. Triton's summary
 remembers about a minute, so a step's reading also holds the (faster) steps before it: the
 crossing is seen a little late and the rate errs high, which only makes a load above it more
@@ -32,6 +37,7 @@ from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
 RAMP_START = 0.4  # of the service-time bound
 RAMP_FACTOR = 1.15
 RAMP_LIMIT = 1.5  # past the bound the queue only grows: the crossing is certain before this
+TARGET_OVER_FLOOR = 2.0  # the least target over the latency at the lightest step
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class Capacity:
 
     rate: float  # requests per second: the last ramp step under the target
     service_ms: float  # the server's time per request with no queue
-    target_ms: float
+    target_ms: float  # the target measured against: the one asked for, or TARGET_OVER_FLOOR x the floor
     steps: tuple[RampStep, ...]
     crossed: bool  # False: the ramp ended under the target, so `rate` is a lower bound
 
@@ -74,6 +80,12 @@ def ramp_rates(service_ms: float) -> list[float]:
         rates.append(rate)
         rate *= RAMP_FACTOR
     return rates
+
+
+def calibrated_target(target_ms: float, steps: list[RampStep]) -> float:
+    """`target_ms`, or TARGET_OVER_FLOOR times the first latency read (the lightest load's) when higher."""
+    floor = next((s.latency_ms for s in steps if s.latency_ms is not None), 0.0)
+    return max(target_ms, round(TARGET_OVER_FLOOR * floor))
 
 
 def sustainable(steps: list[RampStep], target_ms: float) -> tuple[float | None, bool]:
@@ -117,8 +129,9 @@ def measure(
     step_s: float = 15.0,
     seed: int = 1,
 ) -> Capacity:
-    """Ramp an open-loop load on the Service (one ready replica) until the server's latency
-    crosses `target_ms`; the replica must not be scaled meanwhile (hold its maximum at one)."""
+    """Ramp an open-loop load on the Service (one ready replica) until the server's latency crosses
+    `target_ms`, or the calibrated target when higher; the replica must not be scaled meanwhile
+    (hold its maximum at one)."""
     service_ms = service_time_ms(api_client, namespace, service, model, inputs)
     rates = ramp_rates(service_ms)
     load = OpenLoopLoad(api_client, namespace, service, model, inputs, seed=seed)
@@ -136,15 +149,11 @@ def measure(
             except Exception:  # a missed reading is not a measurement
                 latency = None
             steps.append(RampStep(rate, latency))
-            if latency is not None and latency > target_ms:
+            if latency is not None and latency > calibrated_target(target_ms, steps):
                 break
     finally:
         load.stop()
         runner.join()
-    rate, crossed = sustainable(steps, target_ms)
-    if rate is None:
-        raise RuntimeError(
-            f"one replica misses {target_ms:g} ms even at {rates[0]:.1f} req/s "
-            f"({RAMP_START:g}x its service-time bound, {service_ms:.1f} ms per request)"
-        )
-    return Capacity(rate, service_ms, target_ms, tuple(steps), crossed)
+    target = calibrated_target(target_ms, steps)
+    rate, crossed = sustainable(steps, target)  # a rate: the first step read is under twice its reading
+    return Capacity(rate, service_ms, target, tuple(steps), crossed)
