@@ -113,7 +113,8 @@ class KindStore:
         namespace, labels = obj["metadata"].get("namespace"), obj["metadata"].get("labels") or {}
         return [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
 
-    def _pack(self, obj: dict) -> bytes | dict:
+    def pack(self, obj: dict) -> bytes | dict:
+        """A kept object as the store holds it."""
         if not self.kind.packed:
             return obj
         text = json.dumps(obj, separators=(",", ":")).encode()
@@ -123,7 +124,7 @@ class KindStore:
         deflate = zlib.compressobj(1, zdict=self._zdict)
         return deflate.compress(text) + deflate.flush()
 
-    def _unpack(self, kept_: bytes | dict) -> dict:
+    def unpack(self, kept_: bytes | dict) -> dict:
         if not self.kind.packed:
             return kept_
         return json.loads(zlib.decompressobj(zdict=self._zdict).decompress(kept_))
@@ -139,7 +140,7 @@ class KindStore:
         """Keep `body`, which the caller hands over (an informer's freshly parsed object: no copy
         needed), as `kept` trims it."""
         obj = kept(body, self.kind.only, copy_=False)
-        key, label_keys, packed = _key(obj), self._label_keys(obj), self._pack(obj)
+        key, label_keys, packed = _key(obj), self._label_keys(obj), self.pack(obj)
         with self._lock:
             self._drop(key)
             self._objects[key] = (label_keys, packed)
@@ -170,21 +171,21 @@ class KindStore:
             ]
             for key, _ in gone:
                 self._drop(key)
-        return changes + [("DELETED", self._unpack(obj)) for _, obj in gone]
+        return changes + [("DELETED", self.unpack(obj)) for _, obj in gone]
 
     def get(self, namespace: str | None, name: str) -> dict | None:
         found = self._objects.get((namespace, name))
-        return None if found is None else self._unpack(found[1])
+        return None if found is None else self.unpack(found[1])
 
     def select(self, namespace: str | None, label: str, value: str) -> list[dict]:
         with self._lock:
             found = [self._objects[key][1] for key in self._by_label.get((namespace, label, value), {})]
-        return [self._unpack(obj) for obj in found]
+        return [self.unpack(obj) for obj in found]
 
     def all(self) -> list[dict]:
         with self._lock:
             found = [obj for _, obj in self._objects.values()]
-        return [self._unpack(obj) for obj in found]
+        return [self.unpack(obj) for obj in found]
 
 
 def _version(obj: dict) -> int:
@@ -202,8 +203,7 @@ class WatchCache:
     def __init__(self) -> None:
         self.stores = {k.kind: KindStore(k) for k in KINDS}
         self._filled = threading.Event()
-        # by kind, by (namespace, name): (when, its resourceVersion, what the write returned as JSON:
-        # a thousand models converging have over a thousand writes in flight)
+        # by kind, by (namespace, name): (when, its resourceVersion, what the write returned, packed)
         self._writes: dict[str, dict[tuple[str | None, str], tuple[float, int, bytes]]] = {}
         self._writes_lock = threading.Lock()
         self._purged = 0.0
@@ -229,7 +229,11 @@ class WatchCache:
         return self._fresher(kind, self.stores[kind].all())
 
     def wrote(self, obj: dict) -> None:
-        """Remember what a write returned, until the watch brings that version or a newer one."""
+        """Remember what a write returned, until the watch brings that version or a newer one; packed
+        as its kind's store packs (a thousand models converging have thousands of writes in flight)."""
+        store = self.stores.get(obj["kind"])
+        if store is None or not store.kind.packed:  # not read from here, or never written (Nodes)
+            return
         meta, now = obj["metadata"], time.monotonic()
         with self._writes_lock:
             if now - self._purged > 1.0:  # not at every write: thousands may be remembered
@@ -237,7 +241,7 @@ class WatchCache:
                     for key in [k for k, (at, *_) in written.items() if now - at > WRITES_KEPT_SECONDS]:
                         del written[key]
                 self._purged = now
-            packed = json.dumps(kept(obj, copy_=False), separators=(",", ":")).encode()
+            packed = store.pack(kept(obj, store.kind.only, copy_=False))
             key = (meta.get("namespace"), meta["name"])
             self._writes.setdefault(obj["kind"], {})[key] = (now, _version(obj), packed)
 
@@ -267,5 +271,5 @@ class WatchCache:
                     del written[key]  # the watch has caught up, or never will
                     fresher.append(obj)
                 else:
-                    fresher.append(json.loads(ours[2]))
+                    fresher.append(self.stores[kind].unpack(ours[2]))
             return fresher
