@@ -1,7 +1,7 @@
 """The SLO decision against a simple queueing model of Triton replicas (M/M/1-like per replica)."""
 
 import pytest
-from tensorkiln.scaling.decision import Policy, Sample, decide
+from tensorkiln.scaling.decision import Policy, Sample, Wish, decide, follow_placement, scale_down_window
 
 POLICY = Policy(target_ms=50, percentile="p95", min_replicas=1, max_replicas=10, scale_down_stabilization_s=60)
 SERVICE_MS, CAPACITY = 10.0, 80.0  # per replica: 10 ms alone, saturates at 80 req/s
@@ -119,3 +119,51 @@ def test_a_stale_summary_after_a_scale_up_does_not_overshoot_what_busy_time_need
     assert (decision.replicas, decision.reason) == (6, "ScaledUp")
     saturated = [Sample(0, 1600.0, 2, rate=40, busy=2.0, service_ms=50.0)]
     assert decide(saturated, 2, 2, policy, -25, 0).replicas == 4  # all busy: the 2x step stands
+
+
+def wishes(*wanted, every_s=10, now=300):
+    """What the placement wanted, one per `every_s`, the last at `now`."""
+    return [Wish(now - (len(wanted) - 1 - i) * every_s, n) for i, n in enumerate(wanted)]
+
+
+def test_a_placement_that_wants_more_scales_up_at_once_to_what_it_wants():
+    decision = follow_placement(wishes(2, 5), 2, 2, (0, 8), POLICY, None, 300, True)
+    assert (decision.replicas, decision.reason) == (5, "ScaledUp")
+    assert decision.message == "the least-cost placement wants 5: 2 -> 5"
+    from_zero = follow_placement(wishes(0, 1), 0, 0, (0, 8), POLICY, None, 300, None)  # an unused class taken up
+    assert (from_zero.replicas, from_zero.reason, from_zero.slo_met) == (1, "ScaledUp", None)
+
+
+def test_a_placement_scale_up_waits_for_the_window_the_cooldown_and_the_new_pods():
+    windowed = Policy(**{**POLICY.__dict__, "scale_up_stabilization_s": 30})
+    assert follow_placement(wishes(2, 5, 5), 2, 2, (0, 8), windowed, None, 300, True).reason == "StabilizingUp"
+    assert follow_placement(wishes(5, 5, 5, 5), 2, 2, (0, 8), windowed, None, 300, True).replicas == 5
+    assert follow_placement(wishes(5), 2, 2, (0, 8), POLICY, 290, 300, True).reason == "WaitingForReplicas"
+    assert follow_placement(wishes(5), 3, 2, (0, 8), POLICY, None, 300, True).reason == "WaitingForReplicas"
+
+
+def test_a_placement_that_wants_fewer_scales_down_one_replica_once_the_whole_window_did():
+    # POLICY's scale-down window: 60 s, observed every 10 s
+    assert follow_placement(wishes(4, 4, 2, 2, 2, 2, 2), 4, 4, (0, 8), POLICY, None, 300, True).reason == (
+        "StabilizingDown"
+    )
+    down = follow_placement(wishes(4, 2, 2, 2, 2, 2, 2, 2), 4, 4, (0, 8), POLICY, None, 300, True)
+    assert (down.replicas, down.reason) == (3, "ScaledDown")  # one at a time, however far it wants to go
+    assert down.message == "for 60s the least-cost placement wanted at most 2: 4 -> 3"
+    assert follow_placement(wishes(2, 2), 4, 4, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"  # unseen
+    recent = follow_placement(wishes(*[2] * 8), 4, 4, (0, 8), POLICY, 250, 300, True)  # acted 50 s ago
+    assert recent.reason == "StabilizingDown"
+    assert follow_placement(wishes(*[0] * 8), 1, 1, (0, 8), POLICY, None, 300, True).replicas == 0  # minReplicas 0
+
+
+def test_a_placement_within_bounds_holds_and_bounds_apply_at_once():
+    held = follow_placement(wishes(3), 3, 3, (0, 8), POLICY, None, 300, False)
+    assert (held.replicas, held.reason, held.slo_met) == (3, "Placed", False)
+    assert follow_placement(wishes(3), 9, 9, (0, 8), POLICY, None, 300, True).replicas == 8
+
+
+def test_the_scale_down_window_gate_is_the_one_decide_uses():
+    samples = [Sample(t, 10, 2) for t in range(240, 301, 10)]
+    assert scale_down_window(samples, POLICY, None, 300) == samples[-7:]
+    assert scale_down_window(samples, POLICY, 290, 300) is None  # cooling
+    assert scale_down_window(samples[-3:], POLICY, None, 300) is None  # the window is not observed from its start

@@ -136,6 +136,8 @@ def test_no_demand_and_no_minimum_keeps_one_replica_on_the_cheapest_class():
 def test_a_class_of_unknown_capacity_gets_only_its_minimum():
     unknown = offer("new", 0, 0.1, min_replicas=1)
     assert place([unknown, L4], 250).replicas == {"l4": 3, "new": 1}
+    short = place([unknown, offer("l4", 100, 0.8, max_replicas=2)], 250)  # even when the demand is not met
+    assert short.replicas == {"l4": 2, "new": 1} and short.shortfall == 50
 
 
 def test_the_demand_edge_is_decided_exactly():

@@ -42,13 +42,16 @@ def test_pods_are_kept_with_only_the_fields_the_reconcilers_read():
     (pods,) = [k for k in cache.KINDS if k.kind == "Pod"]
     body = obj(
         "Pod", "p", labels={MODEL: "m"}, apiVersion="v1",
-        spec={"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]},
+        spec={"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}],
+              "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+              "volumes": [{"name": "v", "emptyDir": {}}]},
         status={"phase": "Running", "containerStatuses": [{"name": "c", "ready": True}], "podIP": "10.0.0.1"},
     )  # fmt: skip
     body["metadata"]["annotations"] = {"big": "x" * 1000}
     body["metadata"]["managedFields"] = [{"manager": "kubelet"}]
     kept = cache.kept(body, pods.only)
-    assert kept["spec"] == {"nodeName": "n1"}
+    # of the containers only what they request (what a node's pods take: hardware.pools)
+    assert kept["spec"] == {"nodeName": "n1", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
     assert kept["status"] == {"phase": "Running", "containerStatuses": [{"name": "c", "ready": True}]}
     assert set(kept["metadata"]) == {"name", "namespace", "labels", "creationTimestamp", "resourceVersion"}
     assert (kept["kind"], kept["apiVersion"]) == ("Pod", "v1")
@@ -64,6 +67,19 @@ def test_a_store_keeps_one_object_a_name_found_by_its_labels_until_it_changes_or
     assert store.get("ns", "p")["metadata"]["resourceVersion"] == "2"
     store.remove(obj("Pod", "p"))
     assert store.get("ns", "p") is None and store.select("ns", MODEL, "n") == [] and store.all() == []
+
+
+def test_pods_are_found_by_the_node_they_are_bound_to_in_every_namespace():
+    store = cache.KindStore(KIND["Pod"])
+    store.put(obj("Pod", "a", labels={MODEL: "m"}, spec={"nodeName": "n1"}))
+    store.put(obj("Pod", "b", namespace="other", labels={MODEL: "k"}, spec={"nodeName": "n1"}))
+    store.put(obj("Pod", "pending", labels={MODEL: "m"}, spec={}))
+    assert sorted(p["metadata"]["name"] for p in store.select(None, cache.NODE_NAME, "n1")) == ["a", "b"]
+    store.put(obj("Pod", "a", rv="11", labels={MODEL: "m"}, spec={"nodeName": "n2"}))
+    assert [p["metadata"]["name"] for p in store.select(None, cache.NODE_NAME, "n1")] == ["b"]
+    state = ReadsCounted(filled(obj("Pod", "c", labels={MODEL: "m"}, spec={"nodeName": "n3"})))
+    assert [p["metadata"]["name"] for p in state.pods_on(["n3", "n4"])] == ["c"] and state.reads == []
+    assert ReadsCounted(cache.WatchCache()).pods_on(["n3"]) is None  # not filled: never listed for this
 
 
 def test_packed_kinds_hand_each_reader_its_own_object_nodes_are_shared():

@@ -37,13 +37,20 @@ from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MANAGED_BY, MODEL
 
 JOB_NAME = "job-name"  # set by the Job controller on a Job's pods
+NODE_NAME = "spec.nodeName"  # the index of pods by the node they are bound to (CachedKind.by_node)
 WRITES_KEPT_SECONDS = 60.0  # far longer than a watch event takes to arrive
-# What status.compilejob (placement, termination report) and status.serving (why pods do not start) read.
+# Of a container, what the least-cost offers (hardware.pools: what each pod takes from its node) read.
+CONTAINER_REQUESTS = {"resources": ("requests",)}
+# What status.compilejob (placement, termination report), status.serving (why pods do not start) and
+# hardware.pools (what is bound to a node and what it requests) read.
 POD_FIELDS_READ = {
     "metadata": ("name", "namespace", "uid", "labels", "creationTimestamp", "resourceVersion", "deletionTimestamp"),
-    "spec": ("nodeName",),
+    "spec": {"nodeName": None, "containers": CONTAINER_REQUESTS, "initContainers": CONTAINER_REQUESTS},
     "status": ("phase", "conditions", "containerStatuses", "initContainerStatuses"),
 }
+# What `only` keeps of a mapping: the keys named (each whole), or by key what to keep of its value
+# (None: the value whole; a list is kept item by item).
+Keep = tuple[str, ...] | Mapping[str, "Keep | None"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,8 @@ class CachedKind:
     kind: str
     selector: str = ""  # label selector of the objects kept
     by_labels: tuple[str, ...] = ()  # label keys the reconcilers select by
-    only: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # section -> the keys of it kept; others whole
+    only: Mapping[str, Keep] = field(default_factory=dict)  # section -> what of it is kept; other sections whole
+    by_node: bool = False  # also selected by spec.nodeName (NODE_NAME), across namespaces
     namespaced: bool = True
     packed: bool = True  # kept as JSON, parsed at each read
 
@@ -70,7 +78,7 @@ KINDS = (
     CachedKind(GROUP, VERSION, "compilejobs", "CompileJob", by_labels=(MODEL,)),
     CachedKind("batch", "v1", "jobs", "Job", COMPILE_JOB, (COMPILE_JOB,)),
     # Compile pods and serving pods both carry the model label.
-    CachedKind("", "v1", "pods", "Pod", MODEL, (MODEL, JOB_NAME), POD_FIELDS_READ),
+    CachedKind("", "v1", "pods", "Pod", MODEL, (MODEL, JOB_NAME), POD_FIELDS_READ, by_node=True),
     CachedKind("apps", "v1", "deployments", "Deployment", OURS),
     CachedKind("", "v1", "services", "Service", OURS),
     CachedKind("", "v1", "configmaps", "ConfigMap", OURS),
@@ -81,14 +89,26 @@ KINDS = (
 )
 
 
-def kept(body: Mapping, only: Mapping[str, tuple[str, ...]] | None = None, copy_: bool = True) -> dict:
+def _trim(value, keep: Keep | None):
+    """Of `value`, what `keep` names (None: all of it); a list item by item."""
+    if keep is None:
+        return value
+    if isinstance(value, list):
+        return [_trim(item, keep) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    wanted = dict.fromkeys(keep) if isinstance(keep, tuple) else keep
+    return {k: _trim(v, wanted[k]) for k, v in value.items() if k in wanted}
+
+
+def kept(body: Mapping, only: Mapping[str, Keep] | None = None, copy_: bool = True) -> dict:
     """The object as the cache keeps it: without managedFields (the plan compares the desired-hash
-    annotation, never managedFields), of the sections in `only` just the keys it names, and (with
+    annotation, never managedFields), of the sections in `only` just what it names, and (with
     `copy_`) a copy of its own."""
     obj = dict(body)
     obj["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
-    for section, keys in (only or {}).items():
-        obj[section] = {k: v for k, v in obj.get(section, {}).items() if k in keys}
+    for section, keep in (only or {}).items():
+        obj[section] = _trim(obj.get(section, {}), keep)
     return copy.deepcopy(obj) if copy_ else obj  # of what is kept only
 
 
@@ -111,7 +131,10 @@ class KindStore:
 
     def _label_keys(self, obj: dict) -> list[tuple]:
         namespace, labels = obj["metadata"].get("namespace"), obj["metadata"].get("labels") or {}
-        return [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
+        keys = [(namespace, label, labels[label]) for label in self.kind.by_labels if label in labels]
+        if self.kind.by_node and (node := obj.get("spec", {}).get("nodeName")):
+            keys.append((None, NODE_NAME, node))  # any namespace: what a node runs
+        return keys
 
     def pack(self, obj: dict) -> bytes | dict:
         """A kept object as the store holds it."""

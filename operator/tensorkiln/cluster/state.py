@@ -13,7 +13,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
-from tensorkiln.cluster.cache import JOB_NAME, WatchCache
+from tensorkiln.cluster.cache import JOB_NAME, NODE_NAME, WatchCache
 from tensorkiln.hardware.classes import is_simulated
 from tensorkiln.registry import EngineManifest, Registry
 
@@ -84,6 +84,13 @@ class ClusterState:
             return [p for p in found if labels_.items() <= (p["metadata"].get("labels") or {}).items()]
         selector = ",".join(f"{k}={v}" for k, v in labels_.items())
         return [self._plain(p) for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items]
+
+    def pods_on(self, nodes: list[str]) -> list[dict] | None:
+        """Our pods (compile and serving, every namespace) bound to `nodes`, from the cache only: None
+        when it does not serve pods (what nodes run is never listed from the API server for this)."""
+        if not self._cached("Pod"):
+            return None
+        return [pod for node in nodes for pod in self.cache.select("Pod", None, NODE_NAME, node)]
 
     def newest_pod(self, namespace: str, job_name: str) -> dict | None:
         if self._cached("Pod"):

@@ -10,9 +10,9 @@ without a price; nodes that disagree (different values, or some with a price and
 and values that are not positive decimals are errors that name the node: the class then has no
 price, and the error says why (HardwareClass.price_error).
 
-A serving replica of a GPU class uses one GPU (the serving builder adds nvidia.com/gpu: 1), so
-its price per hour is the GPU's; a replica of a CPU class costs its CPU request in cores times
-the price per core.
+A serving replica of a GPU class uses one GPU (the serving builder adds nvidia.com/gpu: 1, unless
+spec.serving.resources asks for more), so its price per hour is the GPU's; a replica of a CPU class
+costs its CPU request in cores times the price per core.
 """
 
 import re
@@ -64,11 +64,12 @@ def class_price(nodes: list[dict]) -> tuple[float | None, str | None]:
     return price, None
 
 
-def replica_price(kind: str, price: float | None, cpu_cores: float) -> float | None:
-    """Price per replica-hour: a GPU class's replica uses one GPU, a CPU class's `cpu_cores` cores."""
+def replica_price(kind: str, price: float | None, cpu_cores: float, gpus: float = 1) -> float | None:
+    """Price per replica-hour: a GPU class's replica uses `gpus` GPUs (one, unless spec.serving.resources
+    asks for more), a CPU class's `cpu_cores` cores."""
     if price is None:
         return None
-    return price if kind == "GPU" else price * cpu_cores
+    return price * gpus if kind == "GPU" else price * cpu_cores
 
 
 _CPU_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m?)$")

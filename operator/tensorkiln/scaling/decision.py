@@ -12,6 +12,11 @@ under target with one replica fewer, with headroom:
 - and, once learned, per-replica capacity: the request rate a replica carried while latency was
   at 50-100% of target.
 Missing metrics never move replicas.
+
+Under spec.slo.placement LeastCost the replicas of each class follow the least-cost placement
+(scaling.placement) instead (`follow_placement`), under the same rules: up at once (after the
+scale-up window, the cooldown and the new pods), down one replica at a time once the whole
+scale-down window wanted fewer (`scale_down_window`, which `decide` uses too).
 """
 
 import math
@@ -52,8 +57,32 @@ class Decision:
     slo_met: bool | None  # None: unknown (no metrics)
 
 
-def _over_window(samples: list[Sample], now: float, window: float) -> list[Sample]:
+@dataclass(frozen=True)
+class Wish:
+    """What the least-cost placement wanted for a target at one evaluation."""
+
+    at: float
+    replicas: int
+
+
+def _over_window(samples: list, now: float, window: float) -> list:
     return [s for s in samples if s.at >= now - window]
+
+
+def _cooling(policy: Policy, last_scale_at: float | None, now: float) -> bool:
+    return last_scale_at is not None and now - last_scale_at < policy.cooldown_s
+
+
+def scale_down_window(records: list, policy: Policy, last_scale_at: float | None, now: float) -> list | None:
+    """The records (Samples or Wishes, oldest first) of the scale-down stabilisation window when a
+    scale-down may be weighed at all: out of the cooldown, no action within the window, and the
+    window observed from its start (a restart, or a target just started, waits a whole window);
+    None otherwise."""
+    window_s = policy.scale_down_stabilization_s
+    if _cooling(policy, last_scale_at, now) or (last_scale_at is not None and now - last_scale_at < window_s):
+        return None
+    window = _over_window(records, now, window_s)
+    return window if window and window[0].at <= now - window_s + 5 else None
 
 
 def capacity_per_replica(samples: list[Sample], target_ms: float) -> float | None:
@@ -93,6 +122,15 @@ def projected_latency_ms(sample: Sample, replicas: int, factor: float, instances
     return math.inf if u >= 1 else sample.service_ms * (1 + factor * u / (1 - u))
 
 
+def utilisation_at_target(service_ms: float, factor: float, target_ms: float) -> float:
+    """The utilisation at which the projected latency (projected_latency_ms) reaches `target_ms`: its
+    inverse, service * (1 + f * u / (1 - u)) = target; 0 when the service time alone misses it."""
+    if target_ms <= service_ms:
+        return 0.0
+    x = (target_ms / service_ms - 1) / factor
+    return x / (1 + x)
+
+
 def _fits_one_fewer(sample: Sample, current: int, capacity: float | None, factor: float, policy: Policy) -> bool:
     fits = capacity is None or sample.rate / (current - 1) < capacity * policy.headroom
     projected = projected_latency_ms(sample, current - 1, factor, policy.instances)
@@ -118,7 +156,7 @@ def decide(
         return Decision(current, "NoMetrics", "no recent latency observation: holding replicas", None)
     latest = samples[-1]
     met = latest.latency_ms <= policy.target_ms
-    cooling = last_scale_at is not None and now - last_scale_at < policy.cooldown_s
+    cooling = _cooling(policy, last_scale_at, now)
     if not met:
         window = _over_window(samples, now, policy.scale_up_stabilization_s) or [latest]
         if any(s.latency_ms <= policy.target_ms for s in window):
@@ -149,16 +187,10 @@ def decide(
             f"{policy.percentile} {latest.latency_ms:.1f} ms > {policy.target_ms:g} ms target: {current} -> {wanted}",
             False,
         )
-    if (
-        current > low
-        and not cooling
-        and (last_scale_at is None or now - last_scale_at >= policy.scale_down_stabilization_s)
-    ):
-        window = _over_window(samples, now, policy.scale_down_stabilization_s)
-        covers = window and window[0].at <= now - policy.scale_down_stabilization_s + 5  # the window is observed
+    if current > low and (window := scale_down_window(samples, policy, last_scale_at, now)):
         capacity = capacity_per_replica(samples, policy.target_ms)
         factor = queueing_factor(samples, last_scale_at, policy.instances)
-        if covers and all(_fits_one_fewer(s, current, capacity, factor, policy) for s in window):
+        if all(_fits_one_fewer(s, current, capacity, factor, policy) for s in window):
             return Decision(
                 current - 1, "ScaledDown",
                 f"for {policy.scale_down_stabilization_s:g}s the load fit in {current - 1} replicas with "
@@ -168,3 +200,51 @@ def decide(
     return Decision(
         current, "SLOMet", f"{policy.percentile} {latest.latency_ms:.1f} ms <= {policy.target_ms:g} ms target", True
     )
+
+
+def follow_placement(
+    wishes: list[Wish],
+    current: int,
+    ready: int,
+    bounds: tuple[int, int],
+    policy: Policy,
+    last_scale_at: float | None,
+    now: float,
+    slo_met: bool | None,
+) -> Decision:
+    """A target's replicas under LeastCost: toward what the placement wants now (`wishes[-1]`; `wishes`
+    are this target's recent ones, oldest first), with `decide`'s rules. Up at once to what it wants,
+    once the scale-up window wanted more throughout, out of the cooldown, with every replica ready;
+    down one replica at a time once the scale-down window (scale_down_window) wanted fewer throughout.
+    `bounds`: min and max replicas (min may be 0: a class the placement leaves unused); `slo_met`: the
+    target's own latency against the target (None: not observed), which the decision carries."""
+    low, high = bounds
+    if current < low or current > high:
+        bounded = min(max(current, low), high)
+        return Decision(bounded, "OutOfBounds", f"{current} replicas is outside [{low}, {high}]", slo_met)
+    wanted = wishes[-1].replicas
+    if wanted > current:
+        window = _over_window(wishes, now, policy.scale_up_stabilization_s) or wishes[-1:]
+        if any(w.replicas <= current for w in window):
+            return Decision(current, "StabilizingUp", f"the placement wants {wanted}, within the scale-up "
+                            "stabilization window", slo_met)  # fmt: skip
+        if _cooling(policy, last_scale_at, now) or ready < current:
+            return Decision(current, "WaitingForReplicas", f"the placement wants {wanted}; {ready}/{current} "
+                            "ready: measuring before acting", slo_met)  # fmt: skip
+        return Decision(wanted, "ScaledUp", f"the least-cost placement wants {wanted}: {current} -> {wanted}", slo_met)
+    if wanted < current:
+        window = scale_down_window(wishes, policy, last_scale_at, now)
+        if window and all(w.replicas <= current - 1 for w in window):
+            return Decision(
+                current - 1, "ScaledDown",
+                f"for {policy.scale_down_stabilization_s:g}s the least-cost placement wanted at most "
+                f"{max(w.replicas for w in window)}: {current} -> {current - 1}",
+                slo_met,
+            )  # fmt: skip
+        return Decision(
+            current, "StabilizingDown",
+            f"the placement wants {wanted}; {current} kept until the scale-down stabilization window "
+            f"({policy.scale_down_stabilization_s:g}s) wants fewer throughout",
+            slo_met,
+        )  # fmt: skip
+    return Decision(current, "Placed", f"{current} replicas, as the least-cost placement wants", slo_met)

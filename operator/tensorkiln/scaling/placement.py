@@ -27,8 +27,8 @@ fewest replicas that meet the demand (reason FewestReplicas), with no cost figur
 the classes without a price.
 
 No combination meets the demand (sum_i c_i * min(u_i, s_i) < D): every class runs as many
-replicas as can serve, max(l_i, min(u_i, s_i)), and the outcome is InsufficientCapacity with the
-shortfall in requests/s.
+replicas as can serve, max(l_i, min(u_i, s_i)) (a class of no capacity, c_i = 0, its minimum), and
+the outcome is InsufficientCapacity with the shortfall in requests/s.
 
 Zero demand with every minimum 0 would leave the model with no replica, which then never sees
 the demand come back: the placement keeps one replica on the cheapest class that can run one.
@@ -262,8 +262,8 @@ def place(offers: list[ClassOffer], demand: float) -> Placement:
         chosen = _one_replica(classes)
     else:
         chosen = _solve(classes, wanted, running)
-    if chosen is None:
-        chosen = [max(cls.low, int(min(cls.high, cls.serving))) for cls in classes]
+    if chosen is None:  # the most capacity there is; a class of no capacity adds none: its minimum
+        chosen = [max(cls.low, int(min(cls.high, cls.serving))) if cls.c else cls.low for cls in classes]
     capacity, shares = _figures(classes, chosen)
     shortfall = max(Fraction(max(demand, 0.0)) - capacity, Fraction(0))
     cost = sum((cls.p * n for cls, n in zip(classes, chosen)), Fraction(0)) if priced else None
