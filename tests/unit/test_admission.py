@@ -491,9 +491,6 @@ def test_judge_never_answers_with_a_raw_exception():
     assert "SpecValid" in warning
 
 
-def test_least_cost_placement_is_admitted_with_a_warning_that_it_is_not_acted_on_yet():
-    spec = {"slo": {"placement": "LeastCost", "mode": "Operator"}}
-    (finding,) = checks.check_placement(spec)
-    assert not finding.is_error and finding.reason == "PlacementNotActedOn"
-    assert finding.message.startswith("spec.slo.placement: LeastCost is not acted on yet")
-    assert checks.check_placement({"slo": {"placement": "PerClass"}}) == [] and checks.check_placement({}) == []
+def test_least_cost_placement_is_admitted_without_a_warning_now_that_the_scaler_places_by_it():
+    spec = spec_of(slo={"targetMilliseconds": 25, "placement": "LeastCost"})
+    assert checks.review(spec, "ns", file_roots=[ROOT], exists=nothing_missing, nodes=default_fleet()) == []

@@ -403,7 +403,15 @@ class SLO(SpecModel):
     target_milliseconds: float = Field(
         gt=0, description="Target end-to-end inference latency at the percentile, in milliseconds."
     )
-    min_replicas: int = Field(1, ge=0, le=INT32_MAX, description="Fewest serving replicas per hardware class.")
+    min_replicas: int = Field(
+        1,
+        ge=0,
+        le=INT32_MAX,
+        description=(
+            "Fewest serving replicas per hardware class. 0: under placement LeastCost a class the placement "
+            "does not need goes unused (0 replicas); PerClass keeps at least 1."
+        ),
+    )
     max_replicas: int | None = Field(
         None,
         ge=1,
@@ -446,10 +454,11 @@ class SLO(SpecModel):
             "replicas per class that carry the request rate, at each class's capacity per replica, for the "
             "least cost per hour, from the tensorkiln.dev/price-per-hour annotation of the classes' Nodes (the "
             "hourly price of one GPU, or of one CPU core); a class whose pool is full is kept at what it runs "
-            "and the rest spills to the next-cheapest class. minReplicas and maxReplicas still bound each "
-            "class: minReplicas 0 lets a class go unused. Without a price on every class, the fewest replicas "
-            "that carry the load. Not acted on yet: LeastCost is admitted with a warning (SpecValid reason "
-            "PlacementNotActedOn) and every class still scales as under PerClass."
+            "and the rest spills to the next-cheapest class (SLOMet reason SpilledOver, and an Event). minReplicas "
+            "and maxReplicas still bound each class: minReplicas 0 lets a class go unused. Without a price on "
+            "every class, the fewest replicas that carry the load. When even every class at maxReplicas falls "
+            "short, each runs as many replicas as can serve and SLOMet is False, reason InsufficientCapacity, "
+            "with the shortfall in requests per second. Scaling down keeps the stabilization windows."
         ),
     )
 
@@ -610,21 +619,43 @@ class TargetSLOStatus(KubeModel):
     capacity_per_replica: float | None = Field(
         None,
         ge=0,
-        description="Requests per second one replica sustains with the latency percentile under target.",
+        description=(
+            "Requests per second one replica sustains with the latency percentile under target, as the "
+            "least-cost placement counts it (spec.slo.placement LeastCost; it counts on 80% of it): "
+            "capacityObserved once there is one, else capacityMeasuredAtCompile."
+        ),
     )
     capacity_source: CapacitySource | None = Field(
         None,
         description=(
-            "Where capacityPerReplica comes from: MeasuredAtCompile (the compile benchmark at the served "
-            "settings) or Observed (Triton's metrics while latency was near target)."
+            "Where capacityPerReplica comes from: MeasuredAtCompile (capacityMeasuredAtCompile, the compile's "
+            "figures) or Observed (capacityObserved, Triton's metrics)."
+        ),
+    )
+    capacity_measured_at_compile: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Requests per second one replica sustains under target by the compile's figures: its model of "
+            "Triton's batcher at the settings served (the engine's servingTuning), else the single-request "
+            "benchmark through the scaler's queueing projection. 0: a replica cannot meet the target."
+        ),
+    )
+    capacity_observed: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Requests per second one replica sustains under target by Triton's metrics: the scaler's queueing "
+            "projection from the newest settled observation with the replicas 20-90% busy. Unset: none yet."
         ),
     )
     replica_price_per_hour: float | None = Field(
         None,
         ge=0,
         description=(
-            "Price of one replica-hour: the class's price per GPU, or per CPU core times the replica's CPU "
-            "request. Unset: the class has no price."
+            "Price of one replica-hour: the class's price per GPU times the replica's GPUs (one unless "
+            "spec.serving.resources asks for more), or per CPU core times the replica's CPU request. Unset: the "
+            "class has no price."
         ),
     )
     load_share: float | None = Field(
@@ -633,7 +664,7 @@ class TargetSLOStatus(KubeModel):
         le=1,
         description=(
             "Share of the model's load placed on this target (spec.slo.placement LeastCost): its replicas' "
-            "capacity over the model's, 0 to 1."
+            "capacity over the model's, 0 to 1 (replicas its pool cannot run count none)."
         ),
     )
     cost_per_hour: float | None = Field(
@@ -697,7 +728,10 @@ class InferenceModelStatus(KubeModel):
     cost_per_hour: float | None = Field(
         None,
         ge=0,
-        description="What the model's serving replicas cost an hour, over all targets. Unset: a target has no price.",
+        description=(
+            "What the model's serving replicas cost an hour, over all targets (spec.slo.placement LeastCost). "
+            "Unset: PerClass, or a target has no price."
+        ),
     )
 
 

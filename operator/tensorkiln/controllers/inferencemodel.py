@@ -124,7 +124,11 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         {n: r.slo_outcome for n, r in found.items() if r.slo_outcome is not None},
         spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
         refused={n: r.refused for n, r in found.items() if r.refused}, conflicts=conflicts,
+        least_cost=observed.least_cost,
     )  # fmt: skip
+    if observed.least_cost is not None:  # a spill-over, capacity running short: once per new state
+        for type_, reason, message in observed.least_cost.events:
+            events.post(state.core, model, type_, reason, message)
     return _write_status(state, model, status)
 
 

@@ -4,19 +4,22 @@ plan (controllers.plan.plan_model) decides from.
 Cluster objects come from the watch cache (ClusterState), so gathering makes no request in steady
 state. Two other readings are taken here too, because they are observations the plan must not
 make itself: the manifests of the engines to serve (from the registry, cached by digest) and the
-SLO scaler's evaluation (from Prometheus, at most once a period per target).
+SLO scaler's evaluation (from Prometheus, at most once a period per target; under spec.slo.placement
+LeastCost, once a period for the model's targets together, with each class's pool: its Nodes and the
+pods the cache holds on them).
 """
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorkiln.api import API_VERSION
 from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.cluster.state import ClusterState
-from tensorkiln.controllers.scaler import Outcome, Scaler
+from tensorkiln.controllers.offers import Pool
+from tensorkiln.controllers.scaler import LeastCostOutcome, Member, Outcome, Scaler, places_least_cost
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.registry import EngineManifest, Registry, RegistryError
@@ -68,6 +71,8 @@ class Observed:
     findings: tuple[Finding, ...]  # the admission checks (tensorkiln.review)
     model_service: dict | None  # what holds the model's Service name
     products: tuple[str, ...]  # GPU products on the cluster's nodes
+    # spec.slo.placement LeastCost: the placement its targets' slo outcomes follow; None: PerClass
+    least_cost: LeastCostOutcome | None = None
 
     @property
     def blocked(self) -> bool:
@@ -111,10 +116,37 @@ def _gather_target(
         except RegistryError as error:
             registry_error = str(error)
             log.warning("engine %s of %s/%s unavailable: %s", engine[:12], namespace, meta["name"], error)
-    if scaled_by_operator(spec) and rollout is not None and rollout.serving:
+    placed = places_least_cost(spec) and not target.simulated  # evaluated with the model's other targets
+    if scaled_by_operator(spec) and rollout is not None and rollout.serving and not placed:
         outcome = scaler.evaluate(model, spec, target, rollout, _previous_slo(model, target), manifest)
     pods = tuple(state.pods(namespace, serving.selector(model, target))) if rollout is not None else ()
     return TargetObserved(target, compile_job, objects, pods, manifest, registry_error, outcome)
+
+
+def _place(
+    state: ClusterState, scaler: Scaler, model: dict, spec: dict, nodes: list[dict], per_target: dict
+) -> tuple[dict, LeastCostOutcome | None]:
+    """A LeastCost model's targets with a Deployment (kwok-simulated ones aside: no Triton runs there),
+    placed together by the scaler: `per_target` with their outcomes, and the placement."""
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    members = [
+        Member(
+            found.target, found.rollout, _previous_slo(model, found.target), found.manifest,
+            Pool(
+                tuple(by_name[n] for n in found.target.nodes if n in by_name), found.pods,
+                lambda names=list(found.target.nodes): state.pods_on(names),
+            ),
+        )
+        for found in per_target.values()
+        if found.rollout is not None and not found.target.simulated
+    ]  # fmt: skip
+    if not members:
+        return per_target, None
+    placed = scaler.place(model, spec, members)
+    return {
+        name: replace(found, slo_outcome=placed.outcomes[name]) if name in placed.outcomes else found
+        for name, found in per_target.items()
+    }, placed
 
 
 def gather(
@@ -129,6 +161,9 @@ def gather(
     }
     findings = tuple(review.review(state, registry, settings, model, spec, by_class))
     per_target = {t.name: _gather_target(state, registry, scaler, model, spec, t) for t in targets if t.nodes}
+    least_cost = None
+    if places_least_cost(spec):
+        per_target, least_cost = _place(state, scaler, model, spec, nodes, per_target)
     products = tuple(sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)}))
     model_service = state.get("v1", "Service", meta["namespace"], meta["name"])
-    return Observed(model, spec, targets, per_target, findings, model_service, products)
+    return Observed(model, spec, targets, per_target, findings, model_service, products, least_cost)

@@ -113,6 +113,8 @@ def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) 
         engine = found.engine
         if engine is None or found.manifest is None:  # nothing compiled yet, or the registry is away
             return TargetPlan(target, compile_job)
+        # The SLO scaler's: the target's own decision (placement PerClass), or its share of the model's
+        # least-cost placement, stabilised (LeastCost: controllers.scaler.Scaler.place, in gather).
         replicas = found.slo_outcome.replicas if found.slo_outcome else desired_replicas(spec, found.rollout)
         try:
             desired = _serving_objects(observed, found, replicas, settings)

@@ -1,20 +1,30 @@
 """The SLO scaler: per target, read Triton's metrics from Prometheus, decide, and report.
 
-Holds each target's recent observations in memory (a restart only makes the next scale-down
-wait one stabilisation window longer); the time of the last scale action lives in status, so a
-restarted operator keeps its cooldown and repeats no action.
+spec.slo.placement PerClass (`evaluate`): each target is decided alone, on its own latency
+(scaling.decision.decide). LeastCost (`place`): the model's targets are decided together: the demand
+(the request rate of every target) is placed on the classes at the least cost per hour
+(scaling.placement, from each class's offer: scaling.offers), and each target follows its share of the
+placement under the same stabilisation rules (scaling.decision.follow_placement).
+
+Holds each target's recent observations (and, under LeastCost, what the placement wanted) in memory
+(a restart only makes the next scale-down wait one stabilisation window longer); the time of the last
+scale action lives in status, so a restarted operator keeps its cooldown and repeats no action.
 """
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from tensorkiln.api import CapacitySource
 from tensorkiln.builders.tritonconfig import instance_count
+from tensorkiln.controllers.offers import Offer, Pool, class_offer
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.manifest import EngineManifest
-from tensorkiln.scaling.decision import Decision, Policy, Sample, decide
-from tensorkiln.scaling.metrics import MetricsUnavailable, observe
+from tensorkiln.scaling.decision import Decision, Policy, Sample, Wish, decide, follow_placement
+from tensorkiln.scaling.metrics import MetricsUnavailable, Observation, observe
+from tensorkiln.scaling.placement import INSUFFICIENT_CAPACITY, Placement, place
 from tensorkiln.status.conditions import timestamp
 from tensorkiln.status.serving import Rollout
 
@@ -29,6 +39,34 @@ class Outcome:
     metrics: tuple[bool, str, str]  # SLOMetricsAvailable: status, reason, message
     decision: Decision | None
     events: tuple[tuple[str, str, str], ...] = ()  # (type, reason, message): an action, reaching the maximum
+
+
+@dataclass(frozen=True)
+class Member:
+    """One target of a LeastCost model, as the gather step observes it: one with a Deployment."""
+
+    target: HardwareClass
+    rollout: Rollout
+    previous: dict  # its last slo status
+    manifest: EngineManifest | None  # of the engine it is to serve (None: not read)
+    pool: Pool
+
+
+@dataclass(frozen=True)
+class LeastCostOutcome:
+    """A LeastCost model's evaluation: each member's outcome, and the placement they follow."""
+
+    outcomes: Mapping[str, Outcome]  # by class: replicas, slo status (capacity, price, share, cost), decision
+    placement: Placement | None  # None: held (a serving target without metrics: the demand is not known)
+    demand: float | None  # requests/s placed: the request rate of every target
+    cost_per_hour: float | None  # of the replicas decided; None: a member has no price, or held
+    events: tuple[tuple[str, str, str], ...] = ()  # model-wide: a spill-over, capacity running short
+
+
+def places_least_cost(spec: dict) -> bool:
+    """spec.slo.placement LeastCost under slo.mode Operator (the CRD admits it with that mode only)."""
+    slo = spec.get("slo") or {}
+    return slo.get("placement") == "LeastCost" and slo.get("mode", "Operator") == "Operator"
 
 
 def policy_of(spec: dict, target: HardwareClass, manifest: EngineManifest | None = None) -> Policy:
@@ -65,6 +103,9 @@ class Scaler:
         self._history: dict[tuple[str, str, str], list[Sample]] = {}
         self._last_scale: dict[tuple[str, str, str], float] = {}
         self._warned_max: set[tuple[str, str, str]] = set()
+        self._wishes: dict[tuple[str, str, str], list[Wish]] = {}  # LeastCost: what the placement wanted
+        self._placements: dict[tuple[str, str], tuple[float, LeastCostOutcome]] = {}  # by model
+        self._warned_placement: dict[tuple[str, str], tuple] = {}  # the spill and shortfall last warned of
         self._lock = threading.Lock()
 
     def _record(self, key: tuple[str, str, str], sample: Sample) -> list[Sample]:
@@ -98,6 +139,59 @@ class Scaler:
             self._outcomes[key] = (now, outcome)
         return outcome
 
+    def _observe(
+        self, model: dict, spec: dict, target: HardwareClass, rollout: Rollout, previous: dict
+    ) -> tuple[Observation | None, Outcome | None]:
+        """(the target's figures from Prometheus, None), or (None, an Outcome that holds its replicas and
+        says why there are none)."""
+        meta = model["metadata"]
+        hold = rollout.replicas
+        if target.simulated:
+            return None, Outcome(
+                hold, previous, (False, "SimulatedPool", "no Triton runs on kwok-simulated nodes"), None
+            )
+        if self.prometheus is None:
+            return None, Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
+        percentile = spec["slo"]["percentile"]
+        try:
+            obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, percentile)
+        except MetricsUnavailable as error:
+            return None, Outcome(hold, previous, (False, "PrometheusUnavailable", f"{error}; holding replicas"), None)
+        if obs is None:
+            return None, Outcome(hold, previous, (False, "NoData", "no Triton metrics yet; holding replicas"), None)
+        return obs, None
+
+    def _sample(self, key: tuple[str, str, str], obs: Observation, rollout: Rollout, now: float) -> list[Sample]:
+        """Record the observation in the target's history; returns the history, newest last."""
+        # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
+        latency = 0.0 if _idle(obs) else obs.latency_ms
+        sample = Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms)
+        return self._record(key, sample)
+
+    def _last_scale_at(self, key: tuple[str, str, str], previous: dict) -> float | None:
+        # The status this reconcile read may predate this process's last action (a reconcile since
+        # wrote a newer one): the later time counts, so no action is repeated within the cooldown.
+        times = (_parse_time(previous.get("lastScaleTime")), self._last_scale.get(key))
+        return max((t for t in times if t is not None), default=None)
+
+    def _act(
+        self, key: tuple[str, str, str], decision: Decision, rollout: Rollout, now: float
+    ) -> tuple[list[tuple[str, str, str]], float | None]:
+        """The Events of a decision (a scale action; the maximum newly reached with the SLO missed), and
+        the time of the action when it is one."""
+        events, acted = [], None
+        if decision.replicas != rollout.replicas:
+            acted = self._last_scale[key] = now
+            action = "ScaledUp" if decision.replicas > rollout.replicas else "ScaledDown"
+            events.append(("Normal", action, decision.message))
+            self._warned_max.discard(key)
+        if decision.reason == "MaxReplicasReached" and key not in self._warned_max:
+            events.append(("Warning", decision.reason, decision.message))
+            self._warned_max.add(key)  # once per stay at the maximum
+        elif decision.slo_met:
+            self._warned_max.discard(key)
+        return events, acted
+
     def _evaluate(
         self,
         model: dict,
@@ -108,57 +202,186 @@ class Scaler:
         manifest: EngineManifest | None,
     ) -> Outcome:
         meta = model["metadata"]
-        hold = rollout.replicas
-        if target.simulated:
-            return Outcome(hold, previous, (False, "SimulatedPool", "no Triton runs on kwok-simulated nodes"), None)
-        if self.prometheus is None:
-            return Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
+        obs, held = self._observe(model, spec, target, rollout, previous)
+        if held is not None:
+            return held
         policy = policy_of(spec, target, manifest)
-        try:
-            obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, policy.percentile)
-        except MetricsUnavailable as error:
-            return Outcome(hold, previous, (False, "PrometheusUnavailable", f"{error}; holding replicas"), None)
-        if obs is None:
-            return Outcome(hold, previous, (False, "NoData", "no Triton metrics yet; holding replicas"), None)
         now = time.time()
         key = (meta["namespace"], meta["name"], target.name)
-        # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
-        idle = obs.request_rate < IDLE_RATE or obs.latency_ms is None
-        latency = 0.0 if idle else obs.latency_ms
-        sample = Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms)
-        samples = self._record(key, sample)
-        # The status this reconcile read may predate this process's last action (a reconcile since
-        # wrote a newer one): the later time counts, so no action is repeated within the cooldown.
-        times = (_parse_time(previous.get("lastScaleTime")), self._last_scale.get(key))
-        last_scale = max((t for t in times if t is not None), default=None)
+        samples = self._sample(key, obs, rollout, now)
+        last_scale = self._last_scale_at(key, previous)
         decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
-        events = []
-        if decision.replicas != rollout.replicas:
-            last_scale = self._last_scale[key] = now
-            action = "ScaledUp" if decision.replicas > rollout.replicas else "ScaledDown"
-            events.append(("Normal", action, decision.message))
-            self._warned_max.discard(key)
-        if decision.reason == "MaxReplicasReached" and key not in self._warned_max:
-            events.append(("Warning", decision.reason, decision.message))
-            self._warned_max.add(key)  # once per stay at the maximum
-        elif decision.slo_met:
-            self._warned_max.discard(key)
-        same = (previous.get("lastDecision"), previous.get("desiredReplicas")) == (decision.reason, decision.replicas)
-        status = {
-            "observedMilliseconds": round(latency, 3),
-            "latencySource": "idle" if idle else obs.latency_source,
-            "requestRate": round(obs.request_rate, 3),
-            "desiredReplicas": decision.replicas,
-            "lastDecision": decision.reason,
-            "lastDecisionMessage": decision.message[:1024],
-            # When this decision was first reached: an unchanged decision leaves status unchanged.
-            "lastDecisionTime": previous["lastDecisionTime"]
-            if same and previous.get("lastDecisionTime")
-            else _format_time(now),
-        }
-        if obs.queue_ms is not None:
-            status["queueMilliseconds"] = round(obs.queue_ms, 3)
-        if last_scale is not None:
-            status["lastScaleTime"] = _format_time(last_scale)
+        events, acted = self._act(key, decision, rollout, now)
+        status = _slo_status(previous, decision, now, acted or last_scale, obs)
         metrics = (True, "MetricsFlowing", f"latency from {obs.latency_source}")
         return Outcome(decision.replicas, status, metrics, decision, tuple(events))
+
+    def place(self, model: dict, spec: dict, members: list[Member]) -> LeastCostOutcome:
+        """Replicas for every member of a LeastCost model (`spec` validated), at most once a period: a
+        reconcile in between gets the last outcome, without its Events, which were posted already."""
+        meta = model["metadata"]
+        key, now = (meta["namespace"], meta["name"]), time.monotonic()
+        with self._lock:
+            last = self._placements.get(key)
+        if (
+            last is not None
+            and now - last[0] < self.period
+            and set(last[1].outcomes) == {m.target.name for m in members}
+        ):
+            rollouts = {m.target.name: m.rollout for m in members}
+            outcomes = {
+                name: replace(o, replicas=o.replicas if o.decision else rollouts[name].replicas, events=())
+                for name, o in last[1].outcomes.items()
+            }
+            return replace(last[1], outcomes=outcomes, events=())
+        outcome = self._place(model, spec, members)
+        with self._lock:
+            self._placements[key] = (now, outcome)
+        return outcome
+
+    def _place(self, model: dict, spec: dict, members: list[Member]) -> LeastCostOutcome:
+        meta, slo, now = model["metadata"], spec["slo"], time.time()
+        by_name = {m.target.name: m for m in members}
+        keys = {name: (meta["namespace"], meta["name"], name) for name in by_name}
+        readings: dict[str, Observation] = {}
+        held: dict[str, Outcome] = {}
+        for name, m in by_name.items():
+            if m.rollout.serving:  # a target scaled to 0, or whose pods are starting, has no metrics to read
+                obs, hold = self._observe(model, spec, m.target, m.rollout, m.previous)
+                if hold is not None:
+                    held[name] = hold
+                else:
+                    readings[name] = obs
+                    self._sample(keys[name], obs, m.rollout, now)
+        if held:  # a serving target without figures: the demand is not known, and no target moves
+            outcomes = {
+                name: held.get(name) or Outcome(m.rollout.replicas, m.previous, _flowing(readings.get(name)), None)
+                for name, m in by_name.items()
+            }
+            return LeastCostOutcome(outcomes, None, None, None)
+        last_scale = {name: self._last_scale_at(keys[name], m.previous) for name, m in by_name.items()}
+        offers = {
+            name: class_offer(m.target, spec, m.manifest, self._samples(keys[name]), last_scale[name], m.pool)
+            for name, m in by_name.items()
+        }
+        demand = sum(obs.request_rate for obs in readings.values())
+        placement = place([o.offer for o in offers.values()], demand)
+        decisions, events, acted = {}, {}, {}
+        for name, m in by_name.items():
+            wishes = self._wish(keys[name], Wish(now, placement.replicas[name]))
+            obs = readings.get(name)
+            met = None if obs is None else _idle(obs) or obs.latency_ms <= slo["targetMilliseconds"]
+            decisions[name] = follow_placement(
+                wishes, m.rollout.replicas, m.rollout.ready_replicas, (slo["minReplicas"], slo["maxReplicas"]),
+                policy_of(spec, m.target, m.manifest), last_scale[name], now, met,
+            )  # fmt: skip
+            events[name], acted[name] = self._act(keys[name], decisions[name], m.rollout, now)
+        replicas = {name: d.replicas for name, d in decisions.items()}
+        costs, shares = _costs(offers, replicas), _shares(offers, replicas)
+        outcomes = {}
+        for name, m in by_name.items():
+            obs, decision = readings.get(name), decisions[name]
+            status = _slo_status(m.previous, decision, now, acted[name] or last_scale[name], obs)
+            status |= _offer_status(offers[name], shares[name], costs[name])
+            outcomes[name] = Outcome(decision.replicas, status, _flowing(obs), decision, tuple(events[name]))
+        total = None if any(c is None for c in costs.values()) else round(sum(costs.values()), 6)
+        model_events = self._placement_events((meta["namespace"], meta["name"]), placement)
+        return LeastCostOutcome(outcomes, placement, demand, total, model_events)
+
+    def _samples(self, key: tuple[str, str, str]) -> list[Sample]:
+        with self._lock:
+            return list(self._history.get(key, []))
+
+    def _wish(self, key: tuple[str, str, str], wish: Wish) -> list[Wish]:
+        """Record what the placement wants for a target; returns its recent wishes, newest last."""
+        with self._lock:
+            wishes = [w for w in self._wishes.get(key, []) if w.at > wish.at - HISTORY_SECONDS] + [wish]
+            self._wishes[key] = wishes
+            return list(wishes)
+
+    def _placement_events(self, key: tuple[str, str], placement: Placement) -> tuple[tuple[str, str, str], ...]:
+        """One Warning when the placement newly spills (or spills from other classes), and one when the
+        capacity newly runs short; nothing while the same state lasts."""
+        spilled = tuple(s.hardware_class for s in placement.spills)
+        short = placement.reason == INSUFFICIENT_CAPACITY
+        with self._lock:
+            before = self._warned_placement.get(key, ((), False))
+            self._warned_placement[key] = (spilled, short)
+        events = []
+        if spilled and spilled != before[0]:
+            events.append(("Warning", "SpilledOver", "; ".join(s.message for s in placement.spills)))
+        if short and not before[1]:
+            events.append(("Warning", INSUFFICIENT_CAPACITY, placement.message))
+        return tuple(events)
+
+
+def _idle(obs: Observation) -> bool:
+    return obs.request_rate < IDLE_RATE or obs.latency_ms is None
+
+
+def _flowing(obs: Observation | None) -> tuple[bool, str, str]:
+    if obs is None:  # a member no pod of which serves: nothing to read, nothing missing
+        return (True, "NotServing", "no ready replica: no metrics to read")
+    return (True, "MetricsFlowing", f"latency from {obs.latency_source}")
+
+
+def _slo_status(
+    previous: dict, decision: Decision, now: float, last_scale: float | None, obs: Observation | None
+) -> dict:
+    """A target's slo status (TargetSLOStatus): the figures observed (none for a target no pod of which
+    serves) and the decision, which keeps the time it was first reached while it repeats."""
+    same = (previous.get("lastDecision"), previous.get("desiredReplicas")) == (decision.reason, decision.replicas)
+    status = {}
+    if obs is not None:
+        idle = _idle(obs)
+        status |= {
+            "observedMilliseconds": round(0.0 if idle else obs.latency_ms, 3),
+            "latencySource": "idle" if idle else obs.latency_source,
+            "requestRate": round(obs.request_rate, 3),
+        }
+    status |= {
+        "desiredReplicas": decision.replicas,
+        "lastDecision": decision.reason,
+        "lastDecisionMessage": decision.message[:1024],
+        # When this decision was first reached: an unchanged decision leaves status unchanged.
+        "lastDecisionTime": previous["lastDecisionTime"]
+        if same and previous.get("lastDecisionTime")
+        else _format_time(now),
+    }
+    if obs is not None and obs.queue_ms is not None:
+        status["queueMilliseconds"] = round(obs.queue_ms, 3)
+    if last_scale is not None:
+        status["lastScaleTime"] = _format_time(last_scale)
+    return status
+
+
+def _costs(offers: Mapping[str, Offer], replicas: Mapping[str, int]) -> dict[str, float | None]:
+    """Per class, what its decided replicas cost an hour; None without a price."""
+    return {
+        name: None if o.replica_price is None else round(o.replica_price * replicas[name], 6)
+        for name, o in offers.items()
+    }
+
+
+def _shares(offers: Mapping[str, Offer], replicas: Mapping[str, int]) -> dict[str, float]:
+    """Per class, its decided replicas' share of the model's capacity (replicas its pool cannot run count none)."""
+    capacity = {name: o.offer.capacity * min(replicas[name], o.offer.fits) for name, o in offers.items()}
+    total = sum(capacity.values())
+    return {name: round(c / total, 4) if total else 0.0 for name, c in capacity.items()}
+
+
+def _offer_status(offer: Offer, share: float, cost: float | None) -> dict:
+    """The capacity, price, share and cost fields of a LeastCost target's slo status."""
+    capacity, status = offer.capacity, {"loadShare": share}
+    if capacity.per_replica is not None:
+        status["capacityPerReplica"] = round(capacity.per_replica, 3)
+        status["capacitySource"] = CapacitySource(capacity.source).value
+    if capacity.measured_at_compile is not None:
+        status["capacityMeasuredAtCompile"] = round(capacity.measured_at_compile, 3)
+    if capacity.observed is not None:
+        status["capacityObserved"] = round(capacity.observed, 3)
+    if offer.replica_price is not None:
+        status["replicaPricePerHour"] = round(offer.replica_price, 6)
+    if cost is not None:
+        status["costPerHour"] = cost
+    return status

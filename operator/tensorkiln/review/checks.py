@@ -214,23 +214,7 @@ def review(
     findings += check_references(spec, namespace, exists, registry_uri=registry_uri, registry_secret=registry_secret)
     findings += check_hardware(spec, nodes)
     findings += check_slo_target(spec, measured or {})
-    findings += check_placement(spec)
     return sorted(findings, key=lambda f: not f.is_error)
-
-
-PLACEMENT_NOT_ACTED_ON = "PlacementNotActedOn"
-
-
-def check_placement(spec: dict) -> list[Finding]:
-    """LeastCost is accepted and its solver exists (scaling.placement), but the scaler does not
-    place by it yet: say so at apply time and in SpecValid rather than pretend."""
-    if (spec.get("slo") or {}).get("placement") != "LeastCost":
-        return []
-    message = (
-        "spec.slo.placement: LeastCost is not acted on yet: each class still scales alone on its own "
-        "latency (PerClass); the prices and the least-cost solver are in, the scaler does not use them"
-    )
-    return [Finding(WARNING, PLACEMENT_NOT_ACTED_ON, "spec.slo.placement", message)]
 
 
 def spec_valid_condition(findings: list[Finding]) -> dict:

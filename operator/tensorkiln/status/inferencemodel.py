@@ -139,12 +139,16 @@ def inference_model_status(
     spec_valid: dict | None = None,
     refused: dict[str, str] | None = None,
     conflicts: dict[str, str] | None = None,
+    least_cost=None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served.
     `spec_valid`: the admission checks' SpecValid condition (tensorkiln.review.checks).
     `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why.
-    `conflicts`: targets (or "model Service") whose derived names another owner's objects hold."""
+    `conflicts`: targets (or "model Service") whose derived names another owner's objects hold.
+    `least_cost`: under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.
+    LeastCostOutcome): the model's cost per hour and SLOMet come from it, and a target it scaled to 0
+    replicas is unused, not waiting."""
     generation = model["metadata"].get("generation", 1)
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
@@ -156,10 +160,13 @@ def inference_model_status(
     deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
         "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
+    # Under LeastCost a class may go unused (minReplicas 0): its Deployment at 0 replicas waits for nothing.
+    unused = [e for e in with_nodes if least_cost is not None and e not in serving and e.get("replicas") == 0]
 
-    waiting = [e for e in with_nodes if e not in serving]
-    if with_nodes and not waiting:
-        ready = condition("Ready", True, "Serving", f"Triton serves on {len(serving)} targets")
+    waiting = [e for e in with_nodes if e not in serving and e not in unused]
+    if serving and not waiting:
+        note = f" ({_names(unused)} unused by the least-cost placement)" if unused else ""
+        ready = condition("Ready", True, "Serving", f"Triton serves on {len(serving)} targets{note}")
         phase = "Ready" if deployed["status"] == "True" else "Deploying"
     elif waiting and all(e["hardwareClass"] in stuck and "engine" not in e for e in waiting):
         # Not stuck, simulated: say so at a glance, and what really serves.
@@ -207,9 +214,11 @@ def inference_model_status(
             outcome = (slo_outcomes or {}).get(entry["hardwareClass"])
             if outcome is not None and outcome.slo_status:
                 entry["slo"] = outcome.slo_status
-        slo_conds, summary = slo_conditions(slo, slo_outcomes or {})
+        slo_conds, summary = slo_conditions(slo, slo_outcomes or {}, least_cost)
         desired += slo_conds
         status["sloSummary"] = summary
+        if least_cost is not None and least_cost.cost_per_hour is not None:
+            status["costPerHour"] = least_cost.cost_per_hour
     if spec_valid is not None:
         desired.append(spec_valid)
     status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)

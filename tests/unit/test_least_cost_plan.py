@@ -1,0 +1,330 @@
+"""spec.slo.placement LeastCost through the reconcile's steps: gather (from the watch cache, Triton's figures
+from a stand-in for Prometheus) -> plan (exactly the replicas written per class) -> status.
+
+Two GPU classes: L4 at 0.80/h a GPU, 100 req/s a replica under 25 ms by the compile's figures (80 counted),
+and A100 at 2.00/h, 200 req/s (160 counted): per request served, L4 is the cheaper.
+"""
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+from tensorkiln.api import InferenceModelStatus
+from tensorkiln.builders import serving
+from tensorkiln.controllers import scaler as scaler_module
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.controllers.observed import TargetObserved, gather
+from tensorkiln.controllers.plan import plan_model
+from tensorkiln.controllers.scaler import Scaler
+from tensorkiln.hardware.classes import discover
+from tensorkiln.hardware.prices import PRICE_ANNOTATION
+from tensorkiln.registry.manifest import BatcherSetting, ServingTuning, SimulatedLoad
+from tensorkiln.scaling.metrics import Observation
+from tensorkiln.status.conditions import find
+from tensorkiln.status.inferencemodel import inference_model_status
+
+from .test_builders import sample_model
+from .test_model_plan import SETTINGS, compile_job, snapshot, stored
+from .test_serving_builders import manifest
+from .test_watch_cache import ReadsCounted, filled
+
+L4, A100 = "nvidia-l4", "nvidia-a100-sxm4-40gb"
+PRODUCTS = {L4: "NVIDIA-L4", A100: "NVIDIA-A100-SXM4-40GB"}
+PRICES = {L4: "0.8", A100: "2.0"}
+CAPACITY = {L4: 100.0, A100: 200.0}  # req/s a replica serves with p95 under 25 ms, by the compile's model
+START = 1_800_000_000.0
+
+
+def least_cost_model(min_replicas=0, max_replicas=8, placement="LeastCost"):
+    model = sample_model()
+    model["spec"]["hardware"] = {"mode": "Auto", "include": list(PRODUCTS.values())}
+    model["spec"]["slo"] |= {"minReplicas": min_replicas, "maxReplicas": max_replicas, "placement": placement}
+    return model
+
+
+def gpu_node(name, cls, gpus):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/arch": "amd64",
+                "nvidia.com/gpu.product": PRODUCTS[cls],
+            },
+            "annotations": {PRICE_ANNOTATION: PRICES[cls]},
+        },  # fmt: skip
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+# L4: two nodes of 2 GPUs (4 replicas at most); A100: one node of 8
+NODES = [gpu_node("l4-0", L4, 2), gpu_node("l4-1", L4, 2), gpu_node("a100-0", A100, 8)]
+CLASSES = {c.name: c for c in discover(NODES)}
+
+
+def engine(tmp_path, cls):
+    """The class's engine, tuned for the served settings: its model of the batcher meets 25 ms up to CAPACITY."""
+    top = CAPACITY[cls]
+
+    def load(clients, throughput, p95):
+        return SimulatedLoad(clients=clients, throughput_per_s=throughput, p50_ms=p95 / 2, p90_ms=p95,
+                             p95_ms=p95, p99_ms=p95 * 2, mean_batch=1.0)  # fmt: skip
+
+    tuning = ServingTuning(
+        setting=BatcherSetting(dynamic_batching=True, preferred_batch_sizes=[8], max_queue_delay_microseconds=500),
+        reason="", max_batch_size=32, service_times=[], throughput_bound_per_s=top * 3,
+        simulated=[load(1, top / 4, 5), load(8, top, 20), load(32, top * 1.5, 60)], unbatched=[],
+    )  # fmt: skip
+    found = manifest(tmp_path, "TensorRT", "GPU")
+    return found.model_copy(update={"key": found.key.model_copy(update={"hardware_class": cls}),
+                                    "serving_tuning": tuning})  # fmt: skip
+
+
+def pod(model, cls, name, node=None, unschedulable=False):
+    conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}] if unschedulable else []
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": serving.selector(model, CLASSES[cls]),
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": ({"nodeName": node} if node else {}) | {"containers": [{"resources": {"requests": {
+            "nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running" if node else "Pending", "conditions": conditions},
+    }  # fmt: skip
+
+
+class Registry:
+    engine_uri = staticmethod(lambda digest: f"file:///r/{digest}")
+
+    def __init__(self, engines):
+        self.engines = engines
+
+    def manifest(self, digest):
+        return self.engines[digest]
+
+
+class Cluster:
+    """The watch cache of one LeastCost model with a Deployment per class, and Triton's figures per class."""
+
+    def __init__(self, tmp_path, model, replicas, nodes=NODES, pods=None):
+        self.model, self.figures = model, {}
+        engines = {cls: engine(tmp_path, cls) for cls in CLASSES}
+        self.registry = Registry({m.digest(): m for m in engines.values()})
+        objects = list(nodes)
+        for cls, (count, ready) in replicas.items():
+            digest = engines[cls].digest()
+            job = stored(compile_job(model, CLASSES[cls]), phase="Succeeded", engine={"digest": digest})
+            found = TargetObserved(CLASSES[cls], job, {}, manifest=engines[cls])
+            applied = plan_model(snapshot(model, [found]), SETTINGS).targets[0].serving.applies
+            held = {obj["kind"]: stored(obj) for obj in applied}
+            held["Deployment"]["spec"]["replicas"] = count
+            held["Deployment"]["status"] = {"observedGeneration": 1, "replicas": count, "updatedReplicas": count,
+                                            "availableReplicas": ready, "readyReplicas": ready}  # fmt: skip
+            objects += [job, *held.values()]
+        if pods is None:  # every replica running, on the class's nodes in turn
+            pods = [
+                pod(model, cls, f"{cls}-{i}", CLASSES[cls].nodes[i % len(CLASSES[cls].nodes)])
+                for cls, (count, _) in replicas.items()
+                for i in range(count)
+            ]
+        self.state = ReadsCounted(filled(*objects, *pods))
+        self.state._manifests = {}
+
+    def serve(self, cls, rate, latency_ms=10.0, busy=None, service_ms=None):
+        self.figures[cls] = Observation(
+            latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.0, request_rate=rate, failure_rate=0.0,
+            pending=0.0, batch_size=1.0, service_ms=service_ms, busy=busy, ready_pods=1, at=datetime.now(UTC),
+        )  # fmt: skip
+
+    def reconcile(self, scaler):
+        """(what gather observed, the replicas the plan writes per class)."""
+        observed = gather(self.state, self.registry, scaler, SETTINGS, self.model, normalised_spec(self.model))
+        steps = plan_model(observed, SETTINGS)
+        assert self.state.reads == []  # the watch cache alone
+        return observed, {t.target.name: t.serving.replicas for t in steps.targets}
+
+
+def status_of(observed):
+    found = observed.per_target
+    return inference_model_status(
+        observed.model, list(observed.targets), {n: f.compile_job for n, f in found.items()},
+        {n: f.rollout for n, f in found.items()}, {n: f.engine for n, f in found.items()}, list(observed.products),
+        Registry.engine_uri, datetime.now(UTC), {n: f.slo_outcome for n, f in found.items() if f.slo_outcome},
+        least_cost=observed.least_cost,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The scaler's clock, moved by the test; and the stand-in for Prometheus, by class."""
+    now = SimpleNamespace(at=START)
+    monkeypatch.setattr(scaler_module, "time", SimpleNamespace(time=lambda: now.at, monotonic=lambda: now.at))
+    return now
+
+
+@pytest.fixture
+def prometheus(monkeypatch):
+    clusters = []
+
+    def observe(prometheus, namespace, model, hardware_class, percentile):
+        return clusters[-1].figures.get(hardware_class)
+
+    monkeypatch.setattr(scaler_module, "observe", observe)
+    return clusters
+
+
+def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (1, 1), A100: (1, 1)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 150)
+    cluster.serve(A100, 150)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    # 300 req/s: 4 x L4 (320 counted) 3.20/h beats 2 x A100 (4.00) and 3 x L4 + 1 x A100 (4.40). L4 goes up
+    # at once; A100's last replica waits for the scale-down window.
+    assert replicas == {A100: 1, L4: 4}
+    placement = observed.least_cost.placement
+    assert (placement.replicas, placement.cost_per_hour, observed.least_cost.demand) == ({L4: 4, A100: 0}, 3.2, 300)
+    l4, a100 = observed.per_target[L4].slo_outcome, observed.per_target[A100].slo_outcome
+    assert (l4.decision.reason, a100.decision.reason) == ("ScaledUp", "StabilizingDown")
+    assert [e[:2] for e in l4.events] == [("Normal", "ScaledUp")] and a100.events == ()
+    assert {k: v for k, v in l4.slo_status.items() if k not in ("lastDecisionTime", "lastScaleTime")} == {
+        "observedMilliseconds": 10.0, "latencySource": "summary-p95", "requestRate": 150.0, "queueMilliseconds": 1.0,
+        "desiredReplicas": 4, "lastDecision": "ScaledUp", "lastDecisionMessage": "the least-cost placement wants 4: 1 -> 4",
+        "capacityPerReplica": 100.0, "capacitySource": "MeasuredAtCompile", "capacityMeasuredAtCompile": 100.0,
+        "replicaPricePerHour": 0.8, "loadShare": 0.6667, "costPerHour": 3.2,
+    }  # fmt: skip
+    assert (a100.slo_status["costPerHour"], a100.slo_status["loadShare"]) == (2.0, 0.3333)
+    status = status_of(observed)
+    InferenceModelStatus.model_validate(status)  # every field is in the CRD's schema
+    assert status["costPerHour"] == 5.2  # what the replicas decided cost: 4 x 0.80 + 1 x 2.00
+    met = find(status["conditions"], "SLOMet")
+    assert (met["status"], met["reason"]) == ("True", "WithinTarget")
+    assert met["message"].startswith("p95 within 25 ms; 300 req/s at the least cost, 3.2/h: nvidia-l4 4 x 80 req/s")
+
+
+def test_a_full_cheap_pool_spills_to_the_next_cheapest_class_and_says_so(tmp_path, clock, prometheus):
+    model = least_cost_model()
+    # L4 runs 2 replicas; its third is Pending, Unschedulable: another workload holds the other GPUs
+    pods = [pod(model, L4, "l4-a", "l4-0"), pod(model, L4, "l4-b", "l4-1"), pod(model, L4, "l4-c", unschedulable=True)]
+    cluster = Cluster(tmp_path, model, {L4: (3, 2), A100: (0, 0)}, pods=pods)
+    prometheus.append(cluster)
+    cluster.serve(L4, 300, latency_ms=40.0)
+    scaler = Scaler(object(), period=10)
+    observed, replicas = cluster.reconcile(scaler)
+    # 2 x L4 fit (160 counted); the other 140 req/s take one A100: 1.60 + 2.00 = 3.60/h (2 x A100: 4.00)
+    assert replicas == {A100: 1, L4: 3}  # A100 from its unused 0; L4's pending replica waits for the window
+    placement = observed.least_cost.placement
+    assert placement.replicas == {L4: 2, A100: 1} and placement.cost_per_hour == pytest.approx(3.6)
+    spill = f"{L4} pool full: 2 replicas fit (2 running, 0 more fit), the placement wants 4; spilled to {A100}"
+    assert [s.message for s in placement.spills] == [spill]
+    assert observed.least_cost.events == (("Warning", "SpilledOver", spill),)
+    met = find(status_of(observed)["conditions"], "SLOMet")
+    assert (met["status"], met["reason"]) == ("False", "LatencyOverTarget")  # L4's latency now, before the spill
+    cluster.serve(L4, 300)
+    clock.at += 10
+    again, _ = cluster.reconcile(scaler)
+    assert again.least_cost.events == ()  # the same spill: one Event
+    met = find(status_of(again)["conditions"], "SLOMet")
+    assert (met["status"], met["reason"]) == ("True", "SpilledOver") and met["message"].endswith(spill)
+
+
+def test_demand_beyond_every_class_at_its_maximum_uses_the_most_capacity_and_gives_the_shortfall(
+    tmp_path, clock, prometheus
+):
+    cluster = Cluster(tmp_path, least_cost_model(min_replicas=1, max_replicas=2), {L4: (1, 1), A100: (1, 1)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 500, latency_ms=80.0)
+    cluster.serve(A100, 500, latency_ms=60.0)
+    scaler = Scaler(object(), period=10)
+    observed, replicas = cluster.reconcile(scaler)
+    assert replicas == {A100: 2, L4: 2}  # every class at its maximum: 2 x 80 + 2 x 160 = 480 counted
+    placement = observed.least_cost.placement
+    assert (placement.reason, placement.shortfall) == ("InsufficientCapacity", 520)
+    met = find(status_of(observed)["conditions"], "SLOMet")
+    assert (met["status"], met["reason"]) == ("False", "InsufficientCapacity")
+    assert met["message"].startswith("demand 1000 req/s exceeds the most the classes can serve, 480 req/s")
+    assert met["message"].endswith("short by 520 req/s")
+    assert observed.least_cost.events == (("Warning", "InsufficientCapacity", met["message"]),)
+    clock.at += 10
+    assert cluster.reconcile(scaler)[0].least_cost.events == ()  # once per stay short
+
+
+def test_a_class_the_placement_leaves_unused_goes_down_only_after_the_scale_down_window(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (4, 4), A100: (1, 1)})
+    prometheus.append(cluster)
+    scaler = Scaler(object(), period=10)
+    written = []
+    for step in range(31):  # every 10 s for 300 s: the default scale-down window
+        cluster.serve(L4, 240 if step != 15 else 340)  # half-way, a burst that wants the A100 too
+        cluster.serve(A100, 60)
+        written.append(cluster.reconcile(scaler)[1][A100])
+        clock.at += 10
+    assert written == [1] * 31  # the burst's wish is within the window
+    written = []
+    for _ in range(16):
+        cluster.serve(L4, 240)
+        cluster.serve(A100, 60)
+        observed, replicas = cluster.reconcile(scaler)
+        written.append(replicas[A100])
+        clock.at += 10
+    assert written == [1] * 15 + [0]  # 300 s after the burst: the window wanted none throughout
+    assert replicas == {A100: 0, L4: 4}
+    a100 = observed.per_target[A100].slo_outcome
+    assert a100.decision.message == "for 300s the least-cost placement wanted at most 0: 1 -> 0"
+    assert [e[:2] for e in a100.events] == [("Normal", "ScaledDown")]
+
+
+def test_unused_class_at_zero_replicas_is_not_waited_for(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 100)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert replicas == {A100: 0, L4: 2}  # 100 req/s: 2 x L4 (160 counted), as placed
+    assert observed.per_target[L4].slo_outcome.decision.reason == "Placed"
+    status = status_of(observed)
+    ready = find(status["conditions"], "Ready")
+    assert (status["phase"], ready["status"]) == ("Ready", "True")
+    assert ready["message"] == f"Triton serves on 1 targets ({A100} unused by the least-cost placement)"
+    assert status["costPerHour"] == 1.6
+
+
+def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
+    prometheus.append(cluster)
+    # 2 L4 replicas carry 100 req/s half busy at 10 ms a request, p95 20 ms: the queueing factor is 1, and
+    # at 25 ms u = 0.6: a replica sustains 0.6 * 100 / 1.0 = 60 req/s, not the compile's 100
+    cluster.serve(L4, 100, latency_ms=20.0, busy=1.0, service_ms=10.0)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    status = observed.per_target[L4].slo_outcome.slo_status
+    assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
+    assert (status["capacityObserved"], status["capacityMeasuredAtCompile"]) == (60.0, 100.0)
+    # 48 counted a replica: 3 x L4 2.40/h, or one A100 (160 counted) 2.00/h: the A100 now serves cheaper
+    assert observed.least_cost.placement.replicas == {L4: 0, A100: 1}
+    assert replicas == {A100: 1, L4: 2}  # up at once; L4 down once the window says so
+
+
+def test_no_metrics_from_a_serving_class_holds_every_class(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (1, 1), A100: (1, 1)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 300)  # the A100's pods serve, but Prometheus has nothing of them
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert replicas == {A100: 1, L4: 1} and observed.least_cost.placement is None
+    status = status_of(observed)
+    assert "costPerHour" not in status
+    assert find(status["conditions"], "SLOMetricsAvailable")["reason"] == "NoData"
+    assert find(status["conditions"], "SLOMet")["status"] == "Unknown"
+
+
+def test_per_class_placement_still_scales_each_class_alone_on_its_latency(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(placement="PerClass"), {L4: (1, 1), A100: (1, 1)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 150, latency_ms=60.0)  # over the 25 ms target: 60 / 25 -> 3, at most 2x a step
+    cluster.serve(A100, 150)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert replicas == {A100: 1, L4: 2} and observed.least_cost is None
+    assert observed.per_target[L4].slo_outcome.decision.reason == "ScaledUp"
+    assert "capacityPerReplica" not in observed.per_target[L4].slo_outcome.slo_status
+    assert "costPerHour" not in status_of(observed)
