@@ -31,7 +31,7 @@ def test_the_cheap_class_alone_when_it_suffices():
     assert placement.shares == {"l4": 1.0, "h100": 0.0}
     assert (
         placement.message
-        == "350 req/s at the least cost, 3.2/h: l4 4 x 100 req/s x 0.8/h, h100 0 x 400 req/s x 4/h = 400 req/s"
+        == "350 req/s at the least cost, 3.2/h: l4 4 x 100 req/s at 0.8/h each, h100 0 x 400 req/s at 4/h each = 400 req/s"
     )
 
 

@@ -244,9 +244,9 @@ def _describe(classes: list[_Class], replicas: list[int], priced: bool) -> str:
     parts = []
     for cls, n in zip(classes, replicas):
         o = cls.offer
-        text = f"{o.hardware_class} {n} x {o.capacity:g} req/s"
+        text = f"{o.hardware_class} {n} x {o.capacity:.4g} req/s"
         if priced:
-            text += f" x {o.price:g}/h"
+            text += f" at {o.price:g}/h each"
         parts.append(text)
     return ", ".join(parts)
 
@@ -272,17 +272,17 @@ def place(offers: list[ClassOffer], demand: float) -> Placement:
     if shortfall > 0:
         reason = INSUFFICIENT_CAPACITY
         message = (
-            f"demand {demand:g} req/s exceeds the most the classes can serve, {float(capacity):g} req/s"
+            f"demand {demand:g} req/s exceeds the most the classes can serve, {float(capacity):.4g} req/s"
             f" ({arithmetic}): short by {float(shortfall):g} req/s"
         )
     elif priced:
         reason = LEAST_COST
-        message = f"{demand:g} req/s at the least cost, {float(cost):g}/h: {arithmetic} = {float(capacity):g} req/s"
+        message = f"{demand:g} req/s at the least cost, {float(cost):g}/h: {arithmetic} = {float(capacity):.4g} req/s"
     else:
         reason = FEWEST_REPLICAS
         message = (
             f"no price for {', '.join(unpriced)}: the fewest replicas meeting {demand:g} req/s, "
-            f"{sum(chosen)}: {arithmetic} = {float(capacity):g} req/s"
+            f"{sum(chosen)}: {arithmetic} = {float(capacity):.4g} req/s"
         )
     if spills:
         message += "; " + "; ".join(spill.message for spill in spills)
