@@ -111,7 +111,7 @@ class RegistryContract:
         digest = registry.publish(engine.manifest, engine.files_dir)
 
         assert digest == engine.manifest.digest()
-        assert registry.lookup(engine.manifest.key) == engine.manifest
+        assert registry.lookup(engine.manifest.key) == (digest, engine.manifest)
         assert registry.manifest(digest) == engine.manifest
         assert registry.engine_uri(digest) == f"{registry.uri}/engines/{digest}"
         assert registry.fetch(digest, tmp_path / "fetched") == engine.manifest
@@ -126,7 +126,7 @@ class RegistryContract:
     def test_publish_twice_is_fine(self, registry, engine, writes):
         first = registry.publish(engine.manifest, engine.files_dir)
         assert registry.publish(engine.manifest, engine.files_dir) == first
-        assert registry.lookup(engine.manifest.key) == engine.manifest
+        assert registry.lookup(engine.manifest.key) == (first, engine.manifest)
         assert writes.count(manifest_key(first)) == 1  # the engine was complete: only the index again
 
     @pytest.mark.parametrize("damage", ["missing", "other-content", "other-size"])

@@ -40,7 +40,7 @@ class Registry:
 
     def lookup(self, key: CacheKey) -> str | None:
         found = self._call(self._registry.lookup, key)
-        return found if found is None or isinstance(found, str) else found.digest()
+        return found if found is None or isinstance(found, str) else found.digest
 
     def publish(self, manifest: EngineManifest, files_dir: Path) -> tuple[str, str]:
         digest = self._call(self._registry.publish, manifest, files_dir)

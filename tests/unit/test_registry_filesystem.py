@@ -1,11 +1,13 @@
 """The filesystem registry, plus open_registry's URI handling (no server needed)."""
 
 import hashlib
+import json
 
 import pytest
 from registry_fixtures import RegistryContract, make_engine, read_tree
 from tensorkiln.registry import RegistryError, open_registry
 from tensorkiln.registry.filesystem import FilesystemRegistry
+from tensorkiln.registry.manifest import Benchmark, canonical_json
 from tensorkiln.registry.s3 import S3Registry
 
 
@@ -73,3 +75,24 @@ def test_open_registry_s3_refuses_an_endpoint_that_is_no_plain_url_without_echoi
     with pytest.raises(RegistryError, match="TENSORKILN_S3_ENDPOINT") as refused:
         open_registry("s3://engines")
     assert "secret" not in str(refused.value)
+
+
+def test_a_manifest_written_before_a_field_was_added_is_reused_under_its_stored_digest(registry, put_raw, tmp_path):
+    """Benchmarks gained `stable` after engines were published without it. Their manifests parse, and
+    dumped again they carry `stable: null`, so a digest computed from them named no engine: the
+    CompileJob said CacheHit and its model waited forever on an engine 'not in the registry'."""
+    engine = make_engine(tmp_path)
+    older = engine.manifest.to_json_dict()
+    benchmark = Benchmark(
+        batch_size=1, p50_ms=1, p95_ms=2, p99_ms=3, throughput_per_s=900, threads=2, warmup_runs=3, runs=20
+    )
+    older["candidates"][0]["benchmarks"] = [
+        {k: v for k, v in benchmark.model_dump(by_alias=True).items() if k != "stable"}
+    ]
+    raw = canonical_json(older).encode()
+    digest = hashlib.sha256(raw).hexdigest()
+    put_raw(f"engines/{digest}/manifest.json", raw)
+    put_raw(f"index/{engine.manifest.key.id()}.json", json.dumps({"digest": digest}).encode())
+    hit = registry.lookup(engine.manifest.key)
+    assert hit.digest == digest != hit.manifest.digest()
+    assert registry.manifest(hit.digest) == hit.manifest

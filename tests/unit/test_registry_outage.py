@@ -35,7 +35,7 @@ def test_a_prepared_registry_whose_root_moved_away_is_unavailable_then_back(publ
     with pytest.raises(RegistryUnavailable):
         registry.manifest(digest)  # no EngineNotFound: a finished compile must not fail on an outage
     (tmp_path / "moved").rename(registry.root)
-    assert registry.lookup(engine.manifest.key).digest() == digest
+    assert registry.lookup(engine.manifest.key).digest == digest
 
 
 def test_a_root_replaced_by_a_file_is_unavailable_prepared_or_not(published, tmp_path):

@@ -107,9 +107,8 @@ def reconcile(
             hit = registry.lookup(key) if key else None
             own_metrics.record_registry_lookup(key, hit)
             if hit is not None:
-                digest = hit.digest()
                 status = cache_hit_status(
-                    compile_job, Published(hit, digest, registry.engine_uri(digest)), datetime.now(UTC)
+                    compile_job, Published(hit.manifest, hit.digest, registry.engine_uri(hit.digest)), datetime.now(UTC)
                 )
                 return _write(state, compile_job, old_status, status)
             refused = refused_compile_job_status(compile_job, settings.model_file_roots, datetime.now(UTC))

@@ -21,7 +21,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from pydantic import ValidationError
 
@@ -65,6 +65,15 @@ def index_key(key: CacheKey) -> str:
     return f"index/{key.id()}.json"
 
 
+class CachedEngine(NamedTuple):
+    """A cache hit: the engine's digest as stored, which is the sha256 of its manifest's bytes in
+    the store, and the manifest. Never recompute the digest from the manifest: one written before
+    a field was added to the manifest would come out with another digest, naming no engine."""
+
+    digest: str
+    manifest: EngineManifest
+
+
 class Registry(ABC):
     """An engine registry rooted at `uri`."""
 
@@ -106,16 +115,17 @@ class Registry(ABC):
         self._write_bytes(index_key(manifest.key), json.dumps({"digest": digest}).encode())
         return digest
 
-    def lookup(self, key: CacheKey) -> EngineManifest | None:
+    def lookup(self, key: CacheKey) -> CachedEngine | None:
         """The engine cached for `key`, or None; an unusable index entry is a logged miss."""
         entry = self._read(index_key(key))
         if entry is None:
             return None
         try:
-            manifest = self.manifest(json.loads(entry)["digest"])
+            digest = json.loads(entry)["digest"]
+            manifest = self.manifest(digest)
             if manifest.key != key:
                 raise RegistryError(f"manifest is for another key ({manifest.key.id()})")
-            return manifest
+            return CachedEngine(digest, manifest)
         except RegistryUnavailable:
             raise  # an unreachable store is no cache miss
         except (ValueError, KeyError, TypeError, RegistryError) as error:

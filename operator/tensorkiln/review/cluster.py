@@ -49,9 +49,9 @@ def _engine_manifest(state, registry, settings, model, spec, target, compile_job
     try:
         if cache_lookup:
             key = cache_key(build_compile_job(model, spec, target, settings), settings)
-            manifest = registry.lookup(key) if key else None
-            if manifest is not None:
-                return manifest
+            hit = registry.lookup(key) if key else None
+            if hit is not None:
+                return hit.manifest
         engine = ((compile_job or {}).get("status") or {}).get("engine")
         if engine and engine.get("digest"):
             return state.manifest(registry, engine["digest"])
