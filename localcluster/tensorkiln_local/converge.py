@@ -1,4 +1,5 @@
-"""`tensorkiln-local wait`: block until every InferenceModel has been handled and its compile pods placed."""
+"""`tensorkiln-local wait`: block until every InferenceModel has been handled and its compile pods placed
+(or its CompileJobs ended without one: an engine reused from the registry needs no compile pod)."""
 
 import time
 
@@ -21,9 +22,10 @@ def pending(models: list[dict], compile_jobs: list[dict]) -> list[str]:
         for target in status.get("targets", []):
             if not target.get("nodeCount"):
                 continue
-            cj = by_name.get((meta["namespace"], target.get("compileJob", "")))
-            scheduled = find((cj or {}).get("status", {}).get("conditions"), "Scheduled")
-            if not scheduled or scheduled.get("status") != "True":
+            cj_status = (by_name.get((meta["namespace"], target.get("compileJob", ""))) or {}).get("status", {})
+            scheduled = find(cj_status.get("conditions"), "Scheduled")
+            ended = cj_status.get("phase") in ("Succeeded", "Failed")
+            if not ended and (not scheduled or scheduled.get("status") != "True"):
                 waiting.append(f"{ref}: compile pod for {target['hardwareClass']} not scheduled yet")
     return waiting
 

@@ -25,3 +25,10 @@ def test_converged_when_every_target_with_nodes_is_scheduled():
     assert pending([model(targets=targets)], [cj("m-l4", "False")]) == [
         "inferencemodel d/m: compile pod for l4 not scheduled yet"
     ]
+
+
+def test_a_compile_job_that_ended_without_a_pod_is_converged():
+    # An engine reused from the registry: no compile pod, ever (make demo on a warm machine waited for one).
+    targets = [{"hardwareClass": "cpu", "nodeCount": 1, "compileJob": "m-cpu"}]
+    reused = {"metadata": {"namespace": "d", "name": "m-cpu"}, "status": {"phase": "Succeeded", "conditions": []}}
+    assert pending([model(targets=targets)], [reused]) == []
