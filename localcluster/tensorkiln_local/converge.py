@@ -6,6 +6,7 @@ import time
 from kubernetes import client
 from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
+from tensorkiln.controllers.compilejob import TERMINAL
 from tensorkiln.status.conditions import find
 
 
@@ -24,7 +25,7 @@ def pending(models: list[dict], compile_jobs: list[dict]) -> list[str]:
                 continue
             cj_status = (by_name.get((meta["namespace"], target.get("compileJob", ""))) or {}).get("status", {})
             scheduled = find(cj_status.get("conditions"), "Scheduled")
-            ended = cj_status.get("phase") in ("Succeeded", "Failed")
+            ended = cj_status.get("phase") in TERMINAL
             if not ended and (not scheduled or scheduled.get("status") != "True"):
                 waiting.append(f"{ref}: compile pod for {target['hardwareClass']} not scheduled yet")
     return waiting

@@ -136,8 +136,10 @@ class KindStore:
             keys.append((None, NODE_NAME, node))  # any namespace: what a node runs
         return keys
 
-    def pack(self, obj: dict) -> bytes | dict:
-        """A kept object as the store holds it."""
+    def pack(self, body: dict) -> bytes | dict:
+        """`body` as the store holds it: trimmed as `kept` trims it (not copied) and, for a packed
+        kind, deflated JSON."""
+        obj = kept(body, self.kind.only, copy_=False)
         if not self.kind.packed:
             return obj
         text = json.dumps(obj, separators=(",", ":")).encode()
@@ -162,8 +164,7 @@ class KindStore:
     def put(self, body: dict) -> None:
         """Keep `body`, which the caller hands over (an informer's freshly parsed object: no copy
         needed), as `kept` trims it."""
-        obj = kept(body, self.kind.only, copy_=False)
-        key, label_keys, packed = _key(obj), self._label_keys(obj), self.pack(obj)
+        key, label_keys, packed = _key(body), self._label_keys(body), self.pack(body)
         with self._lock:
             self._drop(key)
             self._objects[key] = (label_keys, packed)
@@ -264,7 +265,7 @@ class WatchCache:
                     for key in [k for k, (at, *_) in written.items() if now - at > WRITES_KEPT_SECONDS]:
                         del written[key]
                 self._purged = now
-            packed = store.pack(kept(obj, store.kind.only, copy_=False))
+            packed = store.pack(obj)
             key = (meta.get("namespace"), meta["name"])
             self._writes.setdefault(obj["kind"], {})[key] = (now, _version(obj), packed)
 
