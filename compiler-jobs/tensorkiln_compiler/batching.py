@@ -27,7 +27,10 @@ matters: with c no more than max_batch_size x instances, clients fall into group
 one group's requests queuing while the other's batch runs and leaving as soon as it ends, so
 batches hold about c / (instances + 1) requests, not c. A model with no turnaround sent every
 batch full and put 8 clients at 400/s where real Triton served 177-185/s (a SIMULATED 20 ms engine,
-tests/integration/test_batcher_model_vs_triton.py). Service times: lognormal around the
+tests/integration/test_batcher_model_vs_triton.py). The turnaround's spread decides whether groups
+stay whole: with 2 instances and a preferred size of 4, 8 clients kept groups of 4 in one real run
+(mean batch 3.74) and broke them in others (2.7), as the model does below a 0.25 ms mean turnaround
+and above 0.5 ms; `compare` takes the turnaround for that reason. Service times: lognormal around the
 measured median, with the measured p95, so a setting's p95 carries the engine's own jitter.
 
 The choice (`choose`), over a small grid (batcher off, or on with a queue delay and one preferred size
@@ -197,10 +200,18 @@ def requests_for(clients: int) -> int:
     return max(400, 40 * clients)
 
 
-def simulate(engine: Engine, setting: Setting, clients: int, seed: int = 0, requests: int | None = None) -> Load:
-    """`clients` closed-loop clients against Triton serving `engine` with `setting` (module docstring).
-    The first 2 rounds of requests are a warm-up; the noise is drawn per batch from one seeded stream
-    per load, so settings are compared on the same draws."""
+def simulate(
+    engine: Engine,
+    setting: Setting,
+    clients: int,
+    seed: int = 0,
+    requests: int | None = None,
+    turnaround_ms: float = CLIENT_TURNAROUND_MS,
+) -> Load:
+    """`clients` closed-loop clients, each taking a mean `turnaround_ms` between a response and its next
+    request, against Triton serving `engine` with `setting` (module docstring). The first 2 rounds of
+    requests are a warm-up; the noise is drawn per batch from one seeded stream per load, so settings
+    are compared on the same draws."""
     rng = random.Random(seed * 1_000_003 + clients)
     max_batch = engine.max_batch_size if setting.dynamic_batching else 1
     delay_ms = setting.max_queue_delay_us / 1000.0
@@ -220,7 +231,7 @@ def simulate(engine: Engine, setting: Setting, clients: int, seed: int = 0, requ
         nonlocal order
         for _ in range(count):
             order += 1
-            heapq.heappush(events, (at + rng.expovariate(1.0 / CLIENT_TURNAROUND_MS), order, ARRIVAL))
+            heapq.heappush(events, (at + rng.expovariate(1.0 / turnaround_ms), order, ARRIVAL))
 
     send(clients, 0.0)
     latencies: list[float] = []
@@ -394,14 +405,21 @@ class Deviation:
         return abs(self.throughput_error) <= tolerance and abs(self.p95_error) <= tolerance
 
 
-def compare(engine: Engine, setting: Setting, measured: list[Load], seed: int = 0) -> list[Deviation]:
-    """The model's figures for `setting` beside `measured`, real Triton's at the same client counts (e.g.
+def compare(
+    engine: Engine,
+    setting: Setting,
+    measured: list[Load],
+    seed: int = 0,
+    turnaround_ms: float = CLIENT_TURNAROUND_MS,
+) -> list[Deviation]:
+    """The model's figures for `setting`, with clients of mean `turnaround_ms`, beside `measured`, real
+    Triton's at the same client counts (e.g.
     e2e/bench_serving.py's, with Triton configured as `setting`, on the node the engine was compiled on):
     how far the model is off, per load. For an engine from the registry:
     compare(engine_of(manifest.serving_tuning), setting_of(manifest.serving_tuning.setting), measured)."""
     deviations = []
     for real in measured:
-        simulated = simulate(engine, setting, real.clients, seed)
+        simulated = simulate(engine, setting, real.clients, seed, turnaround_ms=turnaround_ms)
         deviations.append(
             Deviation(
                 clients=real.clients,

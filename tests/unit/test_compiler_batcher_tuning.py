@@ -169,6 +169,17 @@ def test_clients_taking_turns_keep_instances_that_gain_busy_without_a_preferred_
     assert choice.loads[-1].mean_batch < 32 / 2 and choice.loads[-1].throughput_per_s > 1.4 * one.throughput_per_s
 
 
+def test_the_clients_turnaround_decides_whether_groups_of_clients_stay_whole():
+    """Two instances, preferred size 4, 8 clients: real Triton kept groups of 4 in one run and broke them
+    in others (tests/integration/test_batcher_model_vs_triton.py); the model does either with the turnaround."""
+    fixed = Engine((ServiceTime(1, 20.0, 20.0), ServiceTime(8, 20.0, 20.0)), 8,
+                   (InstanceSpeedup(2, 1, 2.0), InstanceSpeedup(2, 8, 2.0)))  # fmt: skip
+    fours = Setting(True, (4,), 2000, instances=2)
+    tight, loose = simulate(fixed, fours, 8, turnaround_ms=0.25), simulate(fixed, fours, 8, turnaround_ms=2.0)
+    assert tight.mean_batch == pytest.approx(4.0, abs=0.1)
+    assert loose.mean_batch < 3.0 and loose.throughput_per_s < 0.75 * tight.throughput_per_s
+
+
 def test_an_slo_no_setting_meets_falls_back_to_the_lone_client_rule():
     choice = choose(EFFICIENT, SLO(0.5))  # below the engine's own latency at batch 1
     assert choice.slo is None
