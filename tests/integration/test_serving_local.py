@@ -13,7 +13,8 @@ import yaml
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.compilejob import build_compile_job
-from tensorkiln.builders.serving import ENGINE_DIGEST
+from tensorkiln.builders.serving import COMPONENT, ENGINE_DIGEST
+from tensorkiln.builders.tritonconfig import parse
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
@@ -28,6 +29,7 @@ from .helpers import wait_for
 pytestmark = pytest.mark.cluster
 SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/ocr-cls-cpu.yaml").read_text())
 NAME = "ocr-cls"
+SERVING = ",".join(f"{key}={value}" for key, value in COMPONENT.items())  # its Triton objects
 
 
 def model_object(api, namespace) -> dict:
@@ -135,6 +137,14 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
 
     reported = wait_for(slo_reported, timeout=60, interval=2, what="the SLO scaler's view from Prometheus")
     assert reported["status"]["targets"][0]["slo"]["latencySource"] in ("summary-p95", "mean", "idle")
+    # The status says what the applied config.pbtxt sets, and who chose it (the compile tunes the batcher).
+    (config_map,) = client.CoreV1Api(api).list_namespaced_config_map(namespace, label_selector=SERVING).items
+    config = parse(config_map.data["config.pbtxt"])
+    shown = reported["status"]["targets"][0]["serving"]
+    assert shown["scheduler"] == "Dynamic" and shown["instances"] == config.instance_group[0].count
+    assert shown["preferredBatchSizes"] == list(config.dynamic_batching.preferred_batch_size)
+    assert shown["maxQueueDelayMicroseconds"] == config.dynamic_batching.max_queue_delay_microseconds
+    assert shown["chosenBy"].startswith("compile: ")
     metrics = urllib.request.urlopen(f"http://{address.split(':')[0]}:8002/metrics", timeout=5).read().decode()
     assert counter(metrics, "nv_inference_exec_count") < counter(metrics, "nv_inference_count")
 

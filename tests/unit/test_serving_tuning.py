@@ -9,7 +9,15 @@ import pytest
 from registry_fixtures import make_engine
 from tensorkiln.api import CompileJobSpec, CompileJobStatus
 from tensorkiln.builders.compilejob import build_compile_job
-from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, batcher, config_dict, parse, render
+from tensorkiln.builders.tritonconfig import (
+    NATIVE,
+    PYTHON_BACKEND,
+    batcher,
+    config_dict,
+    parse,
+    render,
+    served_settings,
+)
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.scaler import policy_of
 from tensorkiln.hardware.classes import HardwareClass
@@ -166,6 +174,32 @@ def test_batcher_without_a_manifest_is_the_fixed_defaults():
     serving = normalised_spec(sample_model())["serving"]
     assert batcher(serving, None, gpu=True).instances == 1
     assert batcher(serving, None, gpu=False).preferred_batch_sizes == [8, 16]
+
+
+def served(manifest: EngineManifest, **serving) -> dict:
+    spec = serving_spec_with(**serving)
+    return served_settings(config_dict("m", manifest, spec, NATIVE), batcher(spec, manifest, gpu=False))
+
+
+def test_the_inference_models_status_says_what_the_config_sets_and_who_chose_it(tmp_path):
+    assert served(tuned_manifest(tmp_path)) == {
+        "scheduler": "Dynamic", "maxBatchSize": 32, "preferredBatchSizes": [16], "maxQueueDelayMicroseconds": 100,
+        "instances": 2, "chosenBy": "compile: enabled, preferredBatchSizes, maxQueueDelayMicroseconds, instances",
+    }  # fmt: skip
+    mixed = served(tuned_manifest(tmp_path), dynamicBatching={"maxQueueDelayMicroseconds": 500})
+    assert mixed["maxQueueDelayMicroseconds"] == 500
+    assert mixed["chosenBy"] == "compile: enabled, preferredBatchSizes, instances; spec: maxQueueDelayMicroseconds"
+    old = served(serving_manifest(tmp_path, "OnnxRuntime", "CPU"))
+    assert old["preferredBatchSizes"] == [8, 16] and old["chosenBy"].startswith("default: enabled, preferredBatchSizes")
+    # The batcher off: only what Triton runs is shown, and why it is off.
+    assert served(tuned_manifest(tmp_path, OFF)) == {
+        "scheduler": "None", "maxBatchSize": 32, "instances": 1, "chosenBy": "compile: enabled, instances",
+    }  # fmt: skip
+    assert served(tuned_manifest(tmp_path), dynamicBatching={"enabled": False})["chosenBy"] == (
+        "spec: enabled; compile: instances"
+    )
+    lowered = served(tuned_manifest(tmp_path), maxBatchSize=8)
+    assert lowered["preferredBatchSizes"] == [8] and "default: preferredBatchSizes" in lowered["chosenBy"]
 
 
 # --- status, the CompileJob, the scaler ------------------------------------------------------------------

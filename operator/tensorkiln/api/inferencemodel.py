@@ -672,6 +672,38 @@ class TargetSLOStatus(KubeModel):
     )
 
 
+class TritonScheduler(StrEnum):
+    """Which of Triton's schedulers a target's model config sets (one at most: ModelConfig's oneof)."""
+
+    DYNAMIC = "Dynamic"
+    SEQUENCE = "Sequence"
+    NONE = "None"
+
+
+class TargetServingStatus(KubeModel):
+    """What the target's Triton model config (config.pbtxt) sets for batching and instances, as applied."""
+
+    scheduler: TritonScheduler = Field(
+        description="Dynamic (the dynamic batcher), Sequence (the sequence batcher) or None (requests run as sent)."
+    )
+    max_batch_size: int = Field(ge=0, description="Triton's max_batch_size; 0: the model is served unbatched.")
+    preferred_batch_sizes: list[int] | None = Field(
+        None, max_length=16, description="The dynamic batcher's preferred batch sizes; empty: none. Unset: no batcher."
+    )
+    max_queue_delay_microseconds: int | None = Field(
+        None, ge=0, description="How long the dynamic batcher holds a request for a batch. Unset: no batcher."
+    )
+    instances: int = Field(ge=1, description="Model instances per pod on a CPU class, per GPU on a GPU class.")
+    chosen_by: str = Field(
+        max_length=1024,
+        description=(
+            "Where each setting came from: spec (spec.serving), compile (chosen by measurement for the engine on "
+            "its node: the CompileJob's status.servingTuning), or default (fixed defaults, for an engine compiled "
+            "without that choice)."
+        ),
+    )
+
+
 class TargetStatus(KubeModel):
     """Compile and serving state of one hardware class."""
 
@@ -701,6 +733,9 @@ class TargetStatus(KubeModel):
     )
     replicas: int = Field(0, ge=0, description="Serving replicas of the class.")
     ready_replicas: int = Field(0, ge=0, description="Serving replicas that are ready.")
+    serving: TargetServingStatus | None = Field(
+        None, description="Triton's batching and instance settings the target is served with, once rolled out."
+    )
     slo: TargetSLOStatus | None = Field(None, description="The SLO scaler's view of this target, when spec.slo is set.")
 
 

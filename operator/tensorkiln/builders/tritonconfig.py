@@ -44,7 +44,7 @@ selected candidate (the compiler's tuning stage may have picked a settings varia
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 from google.protobuf.json_format import ParseError
@@ -130,6 +130,11 @@ class Batcher:
     preferred_batch_sizes: list[int]
     max_queue_delay_microseconds: int
     instances: int
+    # Where each came from, by spec.serving's field name: "spec", "compile" or "default".
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+SPEC, COMPILE, DEFAULT = "spec", "compile", "default"
 
 
 def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batcher:
@@ -140,18 +145,29 @@ def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batche
     compile) are not used: the defaults stand in."""
     batching, max_batch = serving["dynamicBatching"], serving["maxBatchSize"]
     tuned = manifest.serving_tuning.setting if manifest and manifest.serving_tuning else None
-    if tuned and any(size > max_batch for size in tuned.preferred_batch_sizes):
-        tuned = tuned.model_copy(update={"preferred_batch_sizes": default_preferred_batch_sizes(max_batch)})
-    enabled = batching.get("enabled")
-    if enabled is None:
-        enabled = not serving.get("sequenceBatching") and (tuned.dynamic_batching if tuned else True)
-    preferred = batching.get("preferredBatchSizes")
-    if preferred is None:
-        preferred = tuned.preferred_batch_sizes if tuned else default_preferred_batch_sizes(max_batch)
-    delay = batching.get("maxQueueDelayMicroseconds")
-    if delay is None:
-        delay = tuned.max_queue_delay_microseconds if tuned else DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS
-    return Batcher(enabled, list(preferred), delay, instance_count(serving, manifest, gpu))
+    sources: dict[str, str] = {}
+
+    def pick(name: str, spec_value, tuned_value, default):
+        if spec_value is not None:
+            sources[name] = SPEC
+            return spec_value
+        sources[name] = COMPILE if tuned else DEFAULT
+        return tuned_value if tuned else default  # a tuned_value of False or 0 is a choice too
+
+    sequence = bool(serving.get("sequenceBatching"))
+    enabled = pick(
+        "enabled", batching.get("enabled") if not sequence else False, tuned and tuned.dynamic_batching, True
+    )
+    preferred = pick("preferredBatchSizes", batching.get("preferredBatchSizes"), tuned and tuned.preferred_batch_sizes,
+                     default_preferred_batch_sizes(max_batch))  # fmt: skip
+    if sources["preferredBatchSizes"] == COMPILE and any(size > max_batch for size in preferred):
+        preferred, sources["preferredBatchSizes"] = default_preferred_batch_sizes(max_batch), DEFAULT
+    delay = pick("maxQueueDelayMicroseconds", batching.get("maxQueueDelayMicroseconds"),
+                 tuned and tuned.max_queue_delay_microseconds, DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS)  # fmt: skip
+    instances = instance_count(serving, manifest, gpu)
+    chosen = COMPILE if tuned else DEFAULT
+    sources["instances"] = SPEC if gpu and serving.get("instancesPerGPU") is not None else chosen
+    return Batcher(enabled, list(preferred), delay, instances, sources)
 
 
 def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) -> int:
@@ -161,6 +177,31 @@ def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) ->
     if instances is not None:
         return instances
     return manifest.serving_tuning.setting.instances if manifest and manifest.serving_tuning else 1
+
+
+def served_settings(config: dict, settings: Batcher) -> dict:
+    """A target's status.serving: what its model config (config_dict) sets for batching and instances,
+    and where each of those settings came from (`settings`, the batcher it was rendered with)."""
+    entry = {"maxBatchSize": config["maxBatchSize"], "instances": config["instanceGroup"][0]["count"]}
+    used = ["instances"]
+    if "sequenceBatching" in config:
+        entry["scheduler"] = "Sequence"
+    elif dynamic := config.get("dynamicBatching"):
+        entry |= {
+            "scheduler": "Dynamic",
+            "preferredBatchSizes": list(dynamic["preferredBatchSize"]),
+            "maxQueueDelayMicroseconds": dynamic["maxQueueDelayMicroseconds"],
+        }
+        used = ["enabled", "preferredBatchSizes", "maxQueueDelayMicroseconds", "instances"]
+    else:
+        entry["scheduler"] = "None"
+        if config["maxBatchSize"] > 0:  # the batcher is off by choice, not for want of a batch axis
+            used = ["enabled", "instances"]
+    by_source: dict[str, list[str]] = {}
+    for name in used:
+        by_source.setdefault(settings.sources[name], []).append(name)
+    entry["chosenBy"] = "; ".join(f"{source}: {', '.join(names)}" for source, names in by_source.items())
+    return entry
 
 
 def _dynamic_batching(serving: dict, settings: Batcher, batched: bool) -> dict | None:

@@ -124,6 +124,7 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         {n: r.slo_outcome for n, r in found.items() if r.slo_outcome is not None},
         spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
         refused={n: r.refused for n, r in found.items() if r.refused}, conflicts=conflicts,
+        served={n: r.served for n, r in found.items() if r.served is not None},
         least_cost=observed.least_cost,
     )  # fmt: skip
     if observed.least_cost is not None:  # a spill-over, capacity running short: once per new state
@@ -139,6 +140,7 @@ class TargetResult:
     compile_job: dict | None = None
     rollout: Rollout | None = None
     engine: str | None = None  # the engine its serving objects were applied with
+    served: dict | None = None  # what their model config sets (TargetPlan.served)
     slo_outcome: Outcome | None = None
     refused: str | None = None  # why Kubernetes or Triton refuse its serving objects
     conflict: str | None = None  # a derived name another owner holds
@@ -157,7 +159,7 @@ def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) ->
     compile_job = written["CompileJob"]
     if owned.holder(compile_job, meta["uid"]) is not None:
         compile_job = None  # another owner's, left alone while an admission check fails
-    rollout, applied, refused = found.rollout, None, steps.refused
+    rollout, applied, served, refused = found.rollout, None, None, steps.refused
     if steps.serving is not None:
         try:
             written = _apply_plan(state, steps.serving, found.serving, meta["uid"])
@@ -171,12 +173,12 @@ def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) ->
             log.warning("serving objects of %s/%s on %s refused: %s", meta["namespace"], meta["name"],
                         target.name, refused)  # fmt: skip
         else:
-            rollout, applied = observe(written["Deployment"]), steps.engine
+            rollout, applied, served = observe(written["Deployment"]), steps.engine, steps.served
             if found.slo_outcome is not None:
                 _report_scaling(state, model, target, found.slo_outcome)
     if rollout is not None and not rollout.updated:
         rollout = with_problem(rollout, list(found.pods))
-    return TargetResult(compile_job, rollout, applied, found.slo_outcome, refused)
+    return TargetResult(compile_job, rollout, applied, served, found.slo_outcome, refused)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from google.protobuf.json_format import ParseError
 from kubernetes import client
 
-from tensorkiln.builders import serving
+from tensorkiln.builders import serving, tritonconfig
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers import owned
 from tensorkiln.controllers.observed import GATHERED, Observed, TargetObserved
@@ -60,6 +60,7 @@ class TargetPlan:
     compile_job: Plan = Plan()  # its CompileJob (nothing while an admission check fails)
     serving: Plan | None = None  # its serving objects; None: nothing to roll out (yet)
     engine: str | None = None  # the engine `serving` rolls out
+    served: dict | None = None  # the target's status.serving: what `serving`'s model config sets
     refused: str | None = None  # why Triton's config schema refuses the serving objects
     conflict: str | None = None  # a derived name another owner holds: nothing of the target is written
 
@@ -102,6 +103,13 @@ def _serving_objects(observed: Observed, found: TargetObserved, replicas: int, s
     return [d for d in desired if d is not None]
 
 
+def _served(observed: Observed, found: TargetObserved, settings: Settings) -> dict:
+    spec, manifest = observed.spec["serving"], found.manifest
+    name = serving.triton_model_name(observed.model)
+    config = tritonconfig.config_dict(name, manifest, spec, settings.serving_runtime)
+    return tritonconfig.served_settings(config, tritonconfig.batcher(spec, manifest, manifest.hardware_kind == "GPU"))
+
+
 def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) -> TargetPlan:
     model, spec, target = observed.model, observed.spec, found.target
     uid = model["metadata"]["uid"]
@@ -121,7 +129,8 @@ def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) 
         except ParseError as error:  # no retry can help: the status says so until the spec changes
             return TargetPlan(target, compile_job, refused=refusal(error))
         scale = replicas if observed.scaled_by_operator else None
-        return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine)
+        served = _served(observed, found, settings)
+        return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine, served)
     except owned.NameConflict as conflict:
         return TargetPlan(target, conflict=str(conflict))
 

@@ -140,6 +140,7 @@ def inference_model_status(
     refused: dict[str, str] | None = None,
     conflicts: dict[str, str] | None = None,
     least_cost=None,
+    served: dict[str, dict] | None = None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served.
@@ -148,9 +149,13 @@ def inference_model_status(
     `conflicts`: targets (or "model Service") whose derived names another owner's objects hold.
     `least_cost`: under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.
     LeastCostOutcome): the model's cost per hour and SLOMet come from it, and a target it scaled to 0
-    replicas is unused, not waiting."""
+    replicas is unused, not waiting. `served`: what each rolled-out target's model config sets for
+    batching and instances (builders.tritonconfig.served_settings)."""
     generation = model["metadata"].get("generation", 1)
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
+    for entry in entries:
+        if settings := (served or {}).get(entry["hardwareClass"]):
+            entry["serving"] = settings
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
     problems = {name: why for name, cj in compile_jobs.items() if (why := compile_job_problem(cj))}
