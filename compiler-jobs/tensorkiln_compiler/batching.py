@@ -49,9 +49,9 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from tensorkiln.registry.manifest import BatcherSetting, ServingTuning
+from tensorkiln.registry.manifest import BatcherSetting, Benchmark, InstanceScaling, ServingTuning, SimulatedLoad
 
 QUEUE_DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
 LOADS = (1, 8, 32)  # concurrent clients: a lone one, a moderate load, a high one
@@ -389,6 +389,62 @@ def engine_of(tuning: ServingTuning) -> Engine:
 def setting_of(setting: BatcherSetting) -> Setting:
     return Setting(setting.dynamic_batching, tuple(setting.preferred_batch_sizes),
                    setting.max_queue_delay_microseconds, setting.instances)  # fmt: skip
+
+
+def tuning_for(
+    times: list[Benchmark],
+    scaling: list[InstanceScaling],
+    max_batch_size: int,
+    slo_target_ms: float | None = None,
+    slo_percentile: str = "p95",
+) -> ServingTuning:
+    """`choose` on what was measured, as the manifest records it (pure)."""
+    measured = ServingTuning(  # the measurements alone first: engine_of reads them so
+        setting=BatcherSetting(dynamic_batching=False), reason="", max_batch_size=max_batch_size,
+        slo_target_ms=slo_target_ms, slo_percentile=slo_percentile, service_times=times, instance_scaling=scaling,
+        simulated=[], unbatched=[], throughput_bound_per_s=0.0,
+    )  # fmt: skip
+    choice = choose(engine_of(measured), SLO(slo_target_ms, slo_percentile) if slo_target_ms else None)
+    setting = choice.setting
+    return measured.model_copy(
+        update={
+            "setting": BatcherSetting(
+                dynamic_batching=setting.dynamic_batching,
+                preferred_batch_sizes=list(setting.preferred_batch_sizes),
+                max_queue_delay_microseconds=setting.max_queue_delay_us,
+                instances=setting.instances,
+            ),
+            "reason": choice.reason,
+            "simulated": [SimulatedLoad.model_validate(asdict(load)) for load in choice.loads],
+            "unbatched": [SimulatedLoad.model_validate(asdict(load)) for load in choice.unbatched],
+            "throughput_bound_per_s": choice.bound_per_s,
+        }
+    )
+
+
+def retuned(
+    tuning: ServingTuning, max_batch_size: int, slo_target_ms: float | None, slo_percentile: str
+) -> ServingTuning:
+    """The compile's measurements chosen from again for another serving.maxBatchSize or spec.slo (the operator's,
+    when the spec changed since the compile: no new compile is needed, the choice is pure); `tuning` itself when
+    it was chosen for these, or when it measured no batch size up to max_batch_size. Above the largest batch size
+    measured, service times are extrapolated (_interpolate)."""
+    times = tuple(t.model_dump_json() for t in tuning.service_times if t.batch_size <= max_batch_size)
+    asked = (max_batch_size, slo_target_ms, slo_percentile)
+    if not times or (tuning.max_batch_size, tuning.slo_target_ms, tuning.slo_percentile) == asked:
+        return tuning
+    scaling = tuple(s.model_dump_json() for s in tuning.instance_scaling)
+    return _retuned(times, scaling, max_batch_size, slo_target_ms, slo_percentile)
+
+
+@functools.lru_cache(maxsize=256)  # the operator asks at every reconcile; a choice takes tenths of a second
+def _retuned(
+    times: tuple[str, ...], scaling: tuple[str, ...], max_batch_size: int, slo_target_ms: float | None, percentile: str
+) -> ServingTuning:
+    """retuned, on the measurements as JSON (pydantic models are not hashable)."""
+    return tuning_for([Benchmark.model_validate_json(t) for t in times],
+                      [InstanceScaling.model_validate_json(s) for s in scaling],
+                      max_batch_size, slo_target_ms, percentile)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,16 @@ never fails the compile: without a choice, Triton is served with the fixed defau
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
 from tensorkiln.registry.manifest import (
-    BatcherSetting,
     Benchmark,
     Candidate,
     InstanceScaling,
     ServingTuning,
-    SimulatedLoad,
 )
 
 from . import batching
@@ -80,45 +77,11 @@ def tune(
         scaling = _instance_scaling(ctx, build, runner, times, deadline, clock)
     finally:
         runner.close()
-    return choose(times, scaling, target.max_batch_size, target.slo_target_milliseconds, target.slo_percentile.value)
-
-
-def choose(
-    times: list[Benchmark],
-    scaling: list[InstanceScaling],
-    max_batch_size: int,
-    slo_target_ms: float | None = None,
-    slo_percentile: str = "p95",
-) -> ServingTuning:
-    """batching.choose on what was measured, as the manifest records it (pure)."""
-    measured = ServingTuning(  # the measurements alone first: batching.engine_of reads them so
-        setting=BatcherSetting(dynamic_batching=False), reason="", max_batch_size=max_batch_size,
-        slo_target_ms=slo_target_ms, slo_percentile=slo_percentile, service_times=times, instance_scaling=scaling,
-        simulated=[], unbatched=[], throughput_bound_per_s=0.0,
-    )  # fmt: skip
-    choice = batching.choose(
-        batching.engine_of(measured), batching.SLO(slo_target_ms, slo_percentile) if slo_target_ms else None
+    tuning = batching.tuning_for(
+        times, scaling, target.max_batch_size, target.slo_target_milliseconds, target.slo_percentile.value
     )
-    log.info("batcher: %s", choice.reason)
-    setting = choice.setting
-    return measured.model_copy(
-        update={
-            "setting": BatcherSetting(
-                dynamic_batching=setting.dynamic_batching,
-                preferred_batch_sizes=list(setting.preferred_batch_sizes),
-                max_queue_delay_microseconds=setting.max_queue_delay_us,
-                instances=setting.instances,
-            ),
-            "reason": choice.reason,
-            "simulated": [_load(load) for load in choice.loads],
-            "unbatched": [_load(load) for load in choice.unbatched],
-            "throughput_bound_per_s": choice.bound_per_s,
-        }
-    )
-
-
-def _load(load: batching.Load) -> SimulatedLoad:
-    return SimulatedLoad.model_validate(dataclasses.asdict(load))
+    log.info("batcher: %s", tuning.reason)
+    return tuning
 
 
 def _service_times(

@@ -6,7 +6,7 @@ import time
 import pytest
 from tensorkiln.api import CompileJobSpec
 from tensorkiln.registry.manifest import Benchmark, EngineManifest
-from tensorkiln_compiler import pipeline, serving_tuning
+from tensorkiln_compiler import batching, pipeline, serving_tuning
 from tensorkiln_compiler.batching import (
     CLIENT_TURNAROUND_MS,
     LONE_CLIENT_SLACK,
@@ -224,7 +224,7 @@ def bench(size: int, p50: float) -> Benchmark:
 
 def test_the_recorded_choice_is_what_the_model_gives_the_measurements():
     times = [bench(b, 1.0 + 0.1 * b) for b in SIZES]
-    tuning = serving_tuning.choose(times, [], 32)
+    tuning = batching.tuning_for(times, [], 32)
     assert tuning.setting.dynamic_batching and tuning.service_times == times
     assert [load.clients for load in tuning.simulated] == [1, 8, 32]
     again = choose(engine_of(tuning))

@@ -30,8 +30,10 @@ from tensorkiln.registry.manifest import (
     SimulatedLoad,
     canonical_json,
 )
+from tensorkiln.serving import batcher_choice
 from tensorkiln.settings import Settings
 from tensorkiln.status.engine import engine_status
+from tensorkiln_compiler.batching import tuning_for
 
 from .test_builders import CLASSES, sample_model
 from .test_serving_builders import manifest as serving_manifest
@@ -200,6 +202,25 @@ def test_the_inference_models_status_says_what_the_config_sets_and_who_chose_it(
     )
     lowered = served(tuned_manifest(tmp_path), maxBatchSize=8)
     assert lowered["preferredBatchSizes"] == [8] and "default: preferredBatchSizes" in lowered["chosenBy"]
+
+
+def test_a_changed_slo_or_max_batch_size_is_chosen_for_again_from_the_compiles_measurements(tmp_path):
+    manifest = tuned_manifest(tmp_path)  # chosen by the lone-client rule, for maxBatchSize 32
+    spec = normalised_spec(sample_model())
+    spec["serving"]["maxBatchSize"], spec["slo"] = 32, None
+    assert batcher_choice.for_spec(manifest, spec) is manifest  # as chosen: nothing to do
+    spec["slo"] = {"targetMilliseconds": 2.0, "percentile": "p99"}
+    again = batcher_choice.for_spec(manifest, spec).serving_tuning
+    fresh = tuning_for(manifest.serving_tuning.service_times, manifest.serving_tuning.instance_scaling, 32, 2.0, "p99")
+    assert again == fresh and (again.slo_target_ms, again.slo_percentile) == (2.0, "p99")
+    assert "within the SLO's 2 ms" in again.reason
+    spec["serving"]["maxBatchSize"] = 8
+    lowered = batcher_choice.for_spec(manifest, spec).serving_tuning
+    assert lowered.max_batch_size == 8 and [t.batch_size for t in lowered.service_times] == [1]
+    assert all(size <= 8 for size in lowered.setting.preferred_batch_sizes)
+    # No dynamic batcher to choose for: the manifest as it is.
+    spec["serving"]["maxBatchSize"] = 0
+    assert batcher_choice.for_spec(manifest, spec) is manifest
 
 
 # --- status, the CompileJob, the scaler ------------------------------------------------------------------

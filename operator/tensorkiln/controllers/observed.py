@@ -25,6 +25,7 @@ from tensorkiln.hardware.selection import select_targets
 from tensorkiln.registry import EngineManifest, Registry, RegistryError
 from tensorkiln.review import cluster as review
 from tensorkiln.review.checks import Finding
+from tensorkiln.serving import batcher_choice
 from tensorkiln.settings import Settings
 from tensorkiln.status.serving import Rollout, desired_engine, observe
 
@@ -112,7 +113,7 @@ def _gather_target(
     manifest, registry_error, outcome = None, None, None
     if engine is not None:
         try:
-            manifest = state.manifest(registry, engine)
+            manifest = batcher_choice.for_spec(state.manifest(registry, engine), spec)
         except RegistryError as error:
             registry_error = str(error)
             log.warning("engine %s of %s/%s unavailable: %s", engine[:12], namespace, meta["name"], error)
