@@ -3,7 +3,7 @@
 import pytest
 from registry_fixtures import make_engine
 from tensorkiln.builders import serving
-from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, config_dict, parse, render
+from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, UnservableScalar, config_dict, parse, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
 from tensorkiln.settings import Settings
@@ -120,16 +120,22 @@ def unbatched_manifest(tmp_path, compiler: str = "OnnxRuntime"):
     )
 
 
-def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_reshaped(tmp_path, golden):
-    text = render(config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), NATIVE))
+def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_as_one(tmp_path, golden):
+    """Triton 2.51 refuses a scalar's empty reshape in a model with max_batch_size 0 ("cannot have empty reshape
+    for non-batching model as scalar tensors are not supported": silero-vad's `sr` on local-0, make matrix),
+    so clients send it as [1] and the python-backend runner gives the engine its scalar."""
+    text = render(
+        config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), PYTHON_BACKEND)
+    )
     golden("triton-config-onnxruntime-cpu-unbatched.pbtxt", text)
     config = parse(text)
     assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
     assert {t.name: list(t.dims) for t in config.input} == {"chunk": [-1, 16], "state": [2, -1, 8], "sr": [1]}
-    sr = config.input[2]
-    assert sr.HasField("reshape") and list(sr.reshape.shape) == []  # Triton refuses empty dims: [1] reshaped to []
-    assert not config.input[0].HasField("reshape")
+    assert not any(t.HasField("reshape") for t in config.input)
     assert {t.name: list(t.dims) for t in config.output} == {"out": [-1, 8], "stateN": [2, -1, 8]}
+    # A native backend would give the model [1] for its scalar: refused, naming the input and the way out.
+    with pytest.raises(UnservableScalar, match="'sr' is a scalar .*serving.maxBatchSize 0.*export it with shape"):
+        config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), NATIVE)
 
 
 def test_an_unbatched_engine_is_served_unbatched_whatever_max_batch_size_says(tmp_path):

@@ -287,7 +287,7 @@ def test_runner_runs_each_request_alone_at_full_shapes_when_unbatched(tmp_path, 
         {
             "chunk": rng.standard_normal((n, 16)).astype(np.float32),
             "state": rng.standard_normal((2, n, 8)).astype(np.float32),
-            "sr": np.array(sr, np.int64),  # a scalar, as Triton hands it over after the [1] -> [] reshape
+            "sr": np.array([sr], np.int64),  # as [1]: Triton refuses a scalar's reshape with max_batch_size 0
         }
         for n, sr in ((1, 8), (3, 16))
     ]

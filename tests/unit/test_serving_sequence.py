@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from google.protobuf import json_format
-from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, ScalarInSequence, config_dict, parse, render
+from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, UnservableScalar, config_dict, parse, render
 from tensorkiln.serving import enginefetch
 
 from . import test_serving_enginefetch as enginefetch_tests
@@ -86,7 +86,7 @@ def test_a_scalar_input_is_sent_as_1_locally_and_refused_natively_in_a_sequence_
     local = rendered(tmp_path, PYTHON_BACKEND)
     assert next(t for t in local["input"] if t["name"] == "sr") == {"name": "sr", "dataType": "TYPE_INT64", "dims": [1]}
     serving = serving_spec_with(maxBatchSize=0, sequenceBatching=SEQUENCE)
-    with pytest.raises(ScalarInSequence, match="'sr' is a scalar .* export it with shape \\[1\\], or serve with the"):
+    with pytest.raises(UnservableScalar, match="'sr' is a scalar .* export it with shape \\[1\\], or serve with the"):
         config_dict("stateful", unbatched_manifest(tmp_path), serving, NATIVE)
 
 
@@ -106,7 +106,7 @@ def test_state_kept_by_the_client_is_sent_and_returned_and_the_spec_controls_are
 
 def test_an_engine_without_the_named_state_is_served_without_the_sequence_batcher(tmp_path):
     serving = serving_spec_with(maxBatchSize=0, sequenceBatching={"state": [{"input": "h", "output": "hn"}]})
-    triton = config_dict("stateful", unbatched_manifest(tmp_path), serving, NATIVE)
+    triton = config_dict("stateful", unbatched_manifest(tmp_path), serving, PYTHON_BACKEND)
     assert "sequenceBatching" not in triton and "dynamicBatching" not in triton
 
 
@@ -127,10 +127,14 @@ def runner(monkeypatch):
     return module
 
 
-def load_sequence_runner(runner, tmp_path, fetch):
+def load_sequence_runner(runner, tmp_path, fetch, sequence: bool = True):
     digest, onnx_path = publish_unbatched(tmp_path)
     assert fetch(digest, "--python-backend")[0] == 0
-    triton = rendered(tmp_path, PYTHON_BACKEND)
+    if sequence:
+        triton = rendered(tmp_path, PYTHON_BACKEND)
+    else:  # the client keeps the state
+        plain = serving_spec_with(maxBatchSize=0)
+        triton = config_dict("stateful", unbatched_manifest(tmp_path), plain, PYTHON_BACKEND)
     # What Triton hands the Python backend: the ModelConfig as JSON with the protobuf field names.
     as_triton = json_format.MessageToDict(parse(render(triton)), preserving_proto_field_name=True)
     model = runner.TritonPythonModel()
@@ -207,3 +211,19 @@ def test_runner_drops_a_sequence_idle_past_the_limit_and_skips_requests_not_read
     assert model.execute([not_ready])[0].outputs == {}
     now[0] = 1.5  # past max_sequence_idle_microseconds (1 s): Triton has ended the sequence
     assert "sequence 5 has no state" in model.execute([request(5, False, False, chunk, 8)])[0].error
+
+
+def test_runner_gives_an_unbatched_engine_its_scalar_sent_as_1(tmp_path, fetch, runner):
+    """Triton refuses a scalar's empty reshape with max_batch_size 0, so `sr` arrives as [1] (make matrix,
+    silero-vad): the runner hands the engine its scalar, and the answer is onnxruntime's."""
+    model, onnx_path = load_sequence_runner(runner, tmp_path, fetch, sequence=False)
+    chunk, state = np.ones((1, 16), np.float32), np.zeros((2, 1, 8), np.float32)
+    sent = {"chunk": chunk, "state": state, "sr": np.array([16], np.int64)}
+    shapes, engine_run = [], model.run
+    model.run = lambda feeds: shapes.append(feeds["sr"].shape) or engine_run(feeds)
+    (response,) = model.execute([{name: Tensor(name, array) for name, array in sent.items()}])
+    assert response.error is None, response.error
+    assert shapes == [()]  # onnxruntime takes [1] for a scalar, OpenVINO need not
+    out, state_n = ort.InferenceSession(str(onnx_path)).run(None, {**sent, "sr": np.array(16, np.int64)})
+    np.testing.assert_allclose(response.outputs["out"], out, atol=1e-5)
+    np.testing.assert_allclose(response.outputs["stateN"], state_n, atol=1e-5)

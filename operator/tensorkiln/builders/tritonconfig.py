@@ -85,18 +85,26 @@ _FALSE_TRUE = {"FP32": ("fp32FalseTrue", [0, 1]), "INT32": ("int32FalseTrue", [0
                "BOOL": ("boolFalseTrue", [False, True])}  # fmt: skip
 
 
-class ScalarInSequence(ParseError):
-    """Triton refuses a scalar tensor (its empty reshape) in a sequence-batched model."""
+class UnservableScalar(ParseError):
+    """Triton refuses a scalar tensor (its empty reshape) in a model it does not batch, and a native backend
+    would give the model the [1] it takes instead."""
 
 
 def _tensors(
-    manifest: EngineManifest, tensors, batched: bool, hidden: set[str] = frozenset(), runtime: str | None = None
+    manifest: EngineManifest,
+    tensors,
+    batched: bool,
+    runtime: str | None = None,
+    hidden: set[str] = frozenset(),
+    sequence: bool = False,
 ) -> list[dict]:
     """Triton tensor configs: dims without the batch dimension when Triton batches, else full shapes;
-    `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out. `runtime`
-    given: the model is sequence-batched, where Triton refuses the empty reshape of a scalar
-    ("scalar tensors are not supported for stateful"): the python-backend runner takes it as [1]
-    and gives the engine its scalar; a native backend would feed [1] to the model, so it refuses."""
+    `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out. A model that
+    is not `batched` (max_batch_size 0) or has the `sequence` batcher gets no empty reshape for a scalar:
+    Triton refuses it there ("scalar tensors are not supported for non-batching model", "... for
+    stateful"), so the python-backend runner takes it as [1] and gives the engine its scalar; a native
+    backend would feed [1] to the model, so it refuses."""
+    reshaped = batched and not sequence
     profiles = manifest.profiles.get("inputs", {})
     rendered = []
     for tensor in tensors:
@@ -110,14 +118,14 @@ def _tensors(
         if batched:
             dims = dims[1:]
         config = {"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims}
-        if not dims and runtime == NATIVE:
-            raise ScalarInSequence(
-                f"{tensor.name!r} is a scalar (rank 0): Triton refuses scalars in a sequence-batched model and "
-                "its native backends would give the model [1]; export it with shape [1], or serve with the "
-                "python-backend runtime"
+        if not dims and not reshaped and runtime == NATIVE:
+            raise UnservableScalar(
+                f"{tensor.name!r} is a scalar (rank 0): Triton refuses scalars in a model it does not batch "
+                "(serving.maxBatchSize 0, or the sequence batcher) and its native backends would give the model [1]; "
+                "export it with shape [1], or serve with the python-backend runtime"
             )
         if not dims:  # Triton refuses empty dims: clients see [1], the model its own shape (model_configuration.md)
-            config |= {"dims": [1]} if runtime else {"dims": [1], "reshape": {"shape": []}}
+            config |= {"dims": [1], "reshape": {"shape": []}} if reshaped else {"dims": [1]}
         rendered.append(config)
     return rendered
 
@@ -321,8 +329,8 @@ def config_dict(
     config = {
         "name": name,
         "maxBatchSize": serving["maxBatchSize"] if batched else 0,
-        "input": _tensors(manifest, manifest.inputs, batched, hidden, runtime if sequence else None),
-        "output": _tensors(manifest, manifest.outputs, batched, hidden, runtime if sequence else None),
+        "input": _tensors(manifest, manifest.inputs, batched, runtime, hidden, sequence=bool(sequence)),
+        "output": _tensors(manifest, manifest.outputs, batched, runtime, hidden, sequence=bool(sequence)),
         "instanceGroup": [{"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": settings.instances}],
     }
     if runtime == PYTHON_BACKEND:

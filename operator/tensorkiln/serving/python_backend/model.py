@@ -64,7 +64,8 @@ class TritonPythonModel:
         self.states = json.loads(parameters.get("sequence_state", "[]"))
         kept = {state["inputName"] for state in self.states}
         self.inputs = [tensor["name"] for tensor in engine["inputs"] if tensor["name"] not in kept]
-        # A sequence-batched model's scalars come as [1] (Triton refuses their empty reshape there).
+        # The scalars of a model Triton does not batch (max_batch_size 0, or the sequence batcher) come as [1]:
+        # Triton refuses their empty reshape there (builders.tritonconfig).
         self.scalars = {tensor["name"] for tensor in engine["inputs"] if not tensor["dims"]}
         self.outputs = {tensor["name"] for tensor in config["output"]} if "output" in config else None
         self.batching = config.get("max_batch_size", 0) > 0
@@ -107,7 +108,10 @@ class TritonPythonModel:
                 outputs = self.run({name: np.concatenate(arrays) for name, arrays in feeds.items()})
                 parts = {name: np.split(array, ends) for name, array in outputs.items()}
             else:  # one request, at its full shapes
-                parts = {name: [array] for name, array in self.run({n: a[0] for n, a in feeds.items()}).items()}
+                alone = {
+                    name: arrays[0].reshape(()) if name in self.scalars else arrays[0] for name, arrays in feeds.items()
+                }
+                parts = {name: [array] for name, array in self.run(alone).items()}
         except Exception as error:  # the whole batch failed: every request gets the reason
             message = pb_utils.TritonError(f"{type(error).__name__}: {error}")
             return [pb_utils.InferenceResponse(error=message) for _ in requests]
