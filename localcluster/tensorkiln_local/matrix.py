@@ -73,8 +73,9 @@ def infer_and_compare(api, model: real_models.RealModel, namespace: str, staged:
     arrays = model.samples(staged / model.filename, SAMPLES, 7)
     worst_cosine, worst_error = 1.0, 0.0
     for i in range(SAMPLES):
-        feeds = {name: values[i : i + 1] if model.batched else values[i] for name, values in arrays.items()}
-        # Triton has no rank-0 tensor: a scalar goes as [1] (its config reshapes it back).
+        # Unbatched: sample i at its full shape (a 0-d array for a scalar: onnxruntime takes no numpy scalar).
+        feeds = {name: values[i : i + 1] if model.batched else np.asarray(values[i]) for name, values in arrays.items()}
+        # Triton has no rank-0 tensor: a scalar goes as [1] (builders.tritonconfig).
         served = triton.infer(address, model.name, {name: np.atleast_1d(value) for name, value in feeds.items()})
         reference = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
         cosine, error = compare(served, reference)

@@ -196,3 +196,21 @@ def test_a_cpu_replica_costs_its_cores_and_an_unknown_capacity_is_counted_as_non
     made = class_offer(CPU, spec, None, [], None, pool)  # the registry is away: no manifest
     assert made.replica_price == pytest.approx(0.08)
     assert (made.capacity.per_replica, made.offer.capacity, made.offer.free) == (None, 0.0, None)
+
+
+def test_a_cpu_replica_counts_on_its_share_of_the_cores_the_compile_measured_with(tmp_path):
+    """The compile pod measured with its usable CPUs; a replica that requests fewer cores serves about that much
+    less (issue 15: the OCR classifier's 1213 req/s was measured on 2 CPUs, for a replica of 0.5)."""
+    spec = {
+        "slo": {"percentile": "p95", "targetMilliseconds": 25, "minReplicas": 1, "maxReplicas": 4},
+        "serving": {"maxBatchSize": 32, "dynamicBatching": {}, "resources": {"requests": {"cpu": "500m"}}},
+    }
+    pool = Pool((node("c-0", cpu="16"),), (), lambda: None)
+    on_two = engine(tmp_path, tuning()).model_copy(
+        update={"hardware_kind": "CPU", "fingerprint": {"cpu": {"usableCpus": 2}}}
+    )
+    assert class_offer(CPU, spec, on_two, [], None, pool).capacity.measured_at_compile == pytest.approx(25.0)
+    four_cores = spec | {"serving": spec["serving"] | {"resources": {"requests": {"cpu": "4"}}}}
+    assert class_offer(CPU, four_cores, on_two, [], None, pool).capacity.measured_at_compile == 100.0  # at most all
+    unknown = on_two.model_copy(update={"fingerprint": {}})
+    assert class_offer(CPU, spec, unknown, [], None, pool).capacity.measured_at_compile == 100.0

@@ -638,7 +638,8 @@ class TargetSLOStatus(KubeModel):
         description=(
             "Requests per second one replica sustains under target by the compile's figures: its model of "
             "Triton's batcher at the settings served (the engine's servingTuning), else the single-request "
-            "benchmark through the scaler's queueing projection. 0: a replica cannot meet the target."
+            "benchmark through the scaler's queueing projection; on a CPU class, times the replica's CPU request "
+            "over the compile pod's usable CPUs (at most 1). 0: a replica cannot meet the target."
         ),
     )
     capacity_observed: float | None = Field(

@@ -18,7 +18,7 @@ from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.hardware.pools import Room, replica_request, room
 from tensorkiln.hardware.prices import replica_price
 from tensorkiln.registry.manifest import BatcherSetting, EngineManifest
-from tensorkiln.scaling.capacity import Capacity, measured_at_compile, observed
+from tensorkiln.scaling.capacity import Capacity, cpu_share, measured_at_compile, observed
 from tensorkiln.scaling.decision import Sample
 from tensorkiln.scaling.placement import ClassOffer
 
@@ -72,6 +72,8 @@ def class_offer(
         )
     if compile_figure is not None and gpu:
         compile_figure *= gpus  # the compile measured one GPU; Triton runs the instances on each of the replica's
+    elif compile_figure is not None and manifest is not None:
+        compile_figure *= cpu_share(manifest, request[1] if request else None)
     capacity = Capacity(compile_figure, observed(samples, slo["targetMilliseconds"], last_scale_at, chosen.instances))
     if request is None and not gpu:
         price = None  # a replica that requests no CPU has no share of the price per core to go by

@@ -95,6 +95,15 @@ def measured_at_compile(
     return u * 1000.0 / smallest.p50_ms
 
 
+def cpu_share(manifest: EngineManifest, cores: float | None) -> float:
+    """The share of the compile's CPU figures one replica counts on: the cores it requests over those the
+    compile pod measured with (its usable CPUs), at most 1. CPU-bound inference scales about with cores,
+    and a request is what the node guarantees a container under contention (it may burst above it, but
+    the placement must not count on that). 1 when either is unknown."""
+    measured = (manifest.fingerprint.get("cpu") or {}).get("usableCpus")
+    return min(1.0, cores / measured) if cores and measured else 1.0
+
+
 def observed(samples: list[Sample], target_ms: float, last_scale_at: float | None, instances: int) -> float | None:
     """Requests/s one replica sustains under `target_ms`, projected from the newest settled observation
     (none within a minute after a scale action: Triton's summary still mixes in the time before it)
