@@ -434,7 +434,19 @@ def retuned(
     if not times or (tuning.max_batch_size, tuning.slo_target_ms, tuning.slo_percentile) == asked:
         return tuning
     scaling = tuple(s.model_dump_json() for s in tuning.instance_scaling)
-    return _retuned(times, scaling, max_batch_size, slo_target_ms, slo_percentile)
+    chosen = _retuned(times, scaling, max_batch_size, slo_target_ms, slo_percentile)
+
+    def slo(target: float | None, percentile: str) -> str:
+        return f"{percentile} {target:g} ms" if target else "none"
+
+    changed = []
+    if max_batch_size != tuning.max_batch_size:
+        changed.append(f"maxBatchSize {max_batch_size} (compiled for {tuning.max_batch_size})")
+    if (slo_target_ms, slo_percentile) != (tuning.slo_target_ms, tuning.slo_percentile):
+        before = slo(tuning.slo_target_ms, tuning.slo_percentile)
+        changed.append(f"SLO {slo(slo_target_ms, slo_percentile)} (compiled for {before})")
+    reason = f"chosen again from the compile's measurements for {' and '.join(changed)}: {chosen.reason}"
+    return chosen.model_copy(update={"reason": reason})
 
 
 @functools.lru_cache(maxsize=256)  # the operator asks at every reconcile; a choice takes tenths of a second

@@ -180,7 +180,12 @@ def test_batcher_without_a_manifest_is_the_fixed_defaults():
 
 def served(manifest: EngineManifest, **serving) -> dict:
     spec = serving_spec_with(**serving)
-    return served_settings(config_dict("m", manifest, spec, NATIVE), batcher(spec, manifest, gpu=False))
+    chosen = served_settings(config_dict("m", manifest, spec, NATIVE), batcher(spec, manifest, gpu=False), manifest)
+    if manifest.serving_tuning is not None and "compile" in chosen["chosenBy"]:
+        assert chosen.pop("reason") == manifest.serving_tuning.reason
+    else:
+        assert "reason" not in chosen
+    return chosen
 
 
 def test_the_inference_models_status_says_what_the_config_sets_and_who_chose_it(tmp_path):
@@ -212,11 +217,18 @@ def test_a_changed_slo_or_max_batch_size_is_chosen_for_again_from_the_compiles_m
     spec["slo"] = {"targetMilliseconds": 2.0, "percentile": "p99"}
     again = batcher_choice.for_spec(manifest, spec).serving_tuning
     fresh = tuning_for(manifest.serving_tuning.service_times, manifest.serving_tuning.instance_scaling, 32, 2.0, "p99")
-    assert again == fresh and (again.slo_target_ms, again.slo_percentile) == (2.0, "p99")
+    assert again.model_copy(update={"reason": fresh.reason}) == fresh
+    assert (again.slo_target_ms, again.slo_percentile) == (2.0, "p99")
+    assert again.reason.startswith(
+        "chosen again from the compile's measurements for SLO p99 2 ms (compiled for none): "
+    )
     assert "within the SLO's 2 ms" in again.reason
     spec["serving"]["maxBatchSize"] = 8
     lowered = batcher_choice.for_spec(manifest, spec).serving_tuning
     assert lowered.max_batch_size == 8 and [t.batch_size for t in lowered.service_times] == [1]
+    assert lowered.reason.startswith(
+        "chosen again from the compile's measurements for maxBatchSize 8 (compiled for 32) and SLO p99 2 ms (compiled for none)"
+    )
     assert all(size <= 8 for size in lowered.setting.preferred_batch_sizes)
     # No dynamic batcher to choose for: the manifest as it is.
     spec["serving"]["maxBatchSize"] = 0

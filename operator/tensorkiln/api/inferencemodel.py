@@ -703,6 +703,15 @@ class TargetServingStatus(KubeModel):
             "without that choice)."
         ),
     )
+    reason: str | None = Field(
+        None,
+        max_length=2048,
+        description=(
+            "Why the compile's measurement chose its settings (its model of Triton's batcher, with the figures), "
+            "chosen again from the same measurements when spec.slo or serving.maxBatchSize changed since the "
+            "compile. Unset: no setting came from the compile."
+        ),
+    )
 
 
 class TargetStatus(KubeModel):

@@ -187,9 +187,10 @@ def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) ->
     return manifest.serving_tuning.setting.instances if manifest and manifest.serving_tuning else 1
 
 
-def served_settings(config: dict, settings: Batcher) -> dict:
+def served_settings(config: dict, settings: Batcher, manifest: EngineManifest) -> dict:
     """A target's status.serving: what its model config (config_dict) sets for batching and instances,
-    and where each of those settings came from (`settings`, the batcher it was rendered with)."""
+    where each of those settings came from (`settings`, the batcher it was rendered with), and why the
+    compile chose those that are its (`manifest`'s servingTuning)."""
     entry = {"maxBatchSize": config["maxBatchSize"], "instances": config["instanceGroup"][0]["count"]}
     used = ["instances"]
     if "sequenceBatching" in config:
@@ -209,6 +210,8 @@ def served_settings(config: dict, settings: Batcher) -> dict:
     for name in used:
         by_source.setdefault(settings.sources[name], []).append(name)
     entry["chosenBy"] = "; ".join(f"{source}: {', '.join(names)}" for source, names in by_source.items())
+    if COMPILE in by_source:
+        entry["reason"] = manifest.serving_tuning.reason[:2048]
     return entry
 
 

@@ -107,7 +107,8 @@ def _served(observed: Observed, found: TargetObserved, settings: Settings) -> di
     spec, manifest = observed.spec["serving"], found.manifest
     name = serving.triton_model_name(observed.model)
     config = tritonconfig.config_dict(name, manifest, spec, settings.serving_runtime)
-    return tritonconfig.served_settings(config, tritonconfig.batcher(spec, manifest, manifest.hardware_kind == "GPU"))
+    settings = tritonconfig.batcher(spec, manifest, manifest.hardware_kind == "GPU")
+    return tritonconfig.served_settings(config, settings, manifest)
 
 
 def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) -> TargetPlan:
