@@ -1,24 +1,32 @@
-"""Benchmark: Triton's dynamic batching, and the selected engine vs the raw ONNX, on this machine.
+"""Benchmark: Triton's dynamic batching, fixed and as the compile tunes it, and the selected engine vs the raw ONNX.
 
 One real tritonserver (the nvidia-pytriton wheel, python backend, as the local node runs it) on a
-loopback address serves three models of the rapidocr cls classifier, each with one instance and
-one intra-op thread:
+loopback address serves four models of the rapidocr cls classifier, each with one intra-op thread
+per instance:
 
-    selected-batching  the engine tensorkiln-compile selects, behind Triton's dynamic batcher
+    selected-batching  the engine tensorkiln-compile selects, behind Triton's dynamic batcher with the
+                       InferenceModel API's fixed defaults (preferred [8, 16], 2000 µs), one instance
+    selected-tuned     the same engine with the batcher and instance count the compile chose for it by
+                       measurement (CompileJob spec.batcherTuning -> manifest.serving_tuning)
     selected-nobatch   the same engine, no dynamic batcher (max_batch_size 32, so shapes match)
     baseline           the unmodified ONNX on onnxruntime, no dynamic batcher
 
 The selected engine comes from the real compile pipeline (every candidate built, checked and
-benchmarked with small run counts) published to a filesystem registry in a temporary directory;
-the engines are laid out as the Triton pod's init container lays them out, configs are rendered by
-tensorkiln.builders.tritonconfig. For every concurrency, each model in turn gets closed-loop
-clients (threads sending batch-1 [1,3,48,192] requests of rendered text with tritonclient.grpc,
-one client per thread): a warm-up, then a fixed measured window. Client-side latency percentiles,
-throughput, and the mean batch size from Triton's nv_inference_count / nv_inference_exec_count.
-The clients share the machine's CPUs with the server: on a 2-core machine they are part of the
-measurement. Writes e2e/results/serving.md and serving.png. No cluster needed.
+benchmarked with small run counts, then the batcher tuned for serving.maxBatchSize 32 with no SLO:
+the lone-client rule) published to a filesystem registry in a temporary directory; the engines are
+laid out as the Triton pod's init container lays them out, configs are rendered by
+tensorkiln.builders.tritonconfig: selected-tuned's from a spec.serving that leaves the batcher
+fields and instancesPerGPU unset, so the manifest's choice fills them, as the operator renders it.
+For every concurrency, each model in turn gets closed-loop clients (threads sending batch-1
+[1,3,48,192] requests of rendered text with tritonclient.grpc, one client per thread): a warm-up,
+then a fixed measured window. Client-side latency percentiles, throughput, and the mean batch size
+from Triton's nv_inference_count / nv_inference_exec_count. The clients share the machine's CPUs
+with the server: on a 2-core machine they are part of the measurement. Writes e2e/results/serving.md
+and serving.png, with selected-tuned's goals (p95 at 1 client within 1.2x of no batching; at the
+highest concurrency, throughput at least 0.8x the bound the engine's batch efficiency allows). No
+cluster needed.
 
-Usage: .venv/bin/python e2e/bench_serving.py [--duration 8] [--warmup 2] [--concurrency 1 8 32]
+Usage: .venv/bin/python e2e/bench_serving.py [--duration 5] [--warmup 2] [--concurrency 1 8 32] [--output DIR]
 """
 
 from __future__ import annotations
@@ -45,12 +53,12 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
-from tensorkiln.api import CompileJobSpec
-from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, config_dict, parse, render
-from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.api import CompileJobSpec, ServingOptions
+from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, batcher, config_dict, parse, render, served_settings
+from tensorkiln.registry.manifest import EngineManifest, ServingTuning
 from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
-from tensorkiln_compiler import pipeline
+from tensorkiln_compiler import batching, pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_local.cluster.ocr_models import CLS, write_dataset
 from tensorkiln_local.node.images import Launch, local_tritonserver, tritonserver_launch
@@ -62,8 +70,13 @@ BIN = Path(sys.executable).parent
 INPUT = "x"
 MAX_BATCH = 32
 PREFERRED, QUEUE_DELAY_US = [8, 16], 2000  # the InferenceModel API's dynamicBatching defaults
-MODELS = ("selected-batching", "selected-nobatch", "baseline")
-COLOURS = {"selected-batching": "tab:blue", "selected-nobatch": "tab:orange", "baseline": "tab:grey"}
+MODELS = ("selected-batching", "selected-tuned", "selected-nobatch", "baseline")
+COLOURS = {"selected-batching": "tab:blue", "selected-tuned": "tab:green", "selected-nobatch": "tab:orange",
+           "baseline": "tab:grey"}  # fmt: skip
+LONE_CLIENT_SLACK = batching.LONE_CLIENT_SLACK  # goal: selected-tuned's p95 at 1 client within 1.2x of no batching
+BOUND_SHARE = (
+    0.8  # goal: selected-tuned's throughput at the highest concurrency over the engine's batch-efficiency bound
+)
 TRITON_ARGS = [
     "--model-repository={repository}", "--model-control-mode=none", "--strict-readiness=true", "--allow-metrics=true",
     "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--log-verbose=0",
@@ -80,7 +93,8 @@ log = logging.getLogger("bench_serving")
 
 
 def compile_selected(work: Path, registry_uri: str, plan: BenchmarkPlan) -> tuple[str, EngineManifest]:
-    """The real compile pipeline for cls, batches up to 32; returns the published engine's digest and manifest."""
+    """The real compile pipeline for cls, batches up to 32, the batcher tuned for serving.maxBatchSize 32 without
+    an SLO (the lone-client rule); returns the published engine's digest and manifest (manifest.serving_tuning)."""
     dataset = write_dataset(CLS, work / "cls-calibration.npz", 32)
     spec = CompileJobSpec.model_validate({
         "modelName": "ocr-cls",
@@ -92,6 +106,7 @@ def compile_selected(work: Path, registry_uri: str, plan: BenchmarkPlan) -> tupl
         "calibration": {"datasetUri": f"file://{dataset}", "samples": 32},
         "accuracy": {"minTop1Agreement": 1.0},
         "objective": {"metric": "LatencyP95", "batchSize": CLS.batch_size},
+        "batcherTuning": {"maxBatchSize": MAX_BATCH},
         "registry": {"uri": registry_uri},
         "optionsHash": "bench-serving-cls",
     })  # fmt: skip
@@ -101,7 +116,8 @@ def compile_selected(work: Path, registry_uri: str, plan: BenchmarkPlan) -> tupl
 
 @dataclass(frozen=True)
 class Serving:
-    """What the benchmark lets one vary in the served configs (the same for all three models)."""
+    """What the benchmark lets one vary in the served configs (every model but selected-tuned, whose batcher and
+    instances are the compile's choice)."""
 
     preferred: tuple[int, ...] = tuple(PREFERRED)
     queue_delay_us: int = QUEUE_DELAY_US
@@ -121,10 +137,21 @@ class Serving:
         }
 
 
-def write_config(path: Path, name: str, manifest: EngineManifest, serving: Serving, batching: bool, engine: str) -> str:
-    config = config_dict(name, manifest, serving.spec(batching), PYTHON_BACKEND, cpu_threads=1)
+def tuned_spec() -> dict:
+    """An InferenceModel's spec.serving that sets maxBatchSize alone, as the operator gets it (the API's dump): the
+    batcher fields and instancesPerGPU unset, so config_dict takes them from manifest.serving_tuning."""
+    serving = ServingOptions.model_validate({"maxBatchSize": MAX_BATCH})
+    return serving.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def write_config(
+    path: Path, name: str, manifest: EngineManifest, spec: dict, engine: str, instances: int | None
+) -> str:
+    """config.pbtxt for spec.serving `spec`; `instances`: the instance count, None to keep config_dict's."""
+    config = config_dict(name, manifest, spec, PYTHON_BACKEND, cpu_threads=1)
     config["parameters"]["engine"] = {"stringValue": engine}  # the runner refuses any other engine
-    config["instanceGroup"][0]["count"] = serving.instances  # tritonconfig gives CPU classes 1 per pod
+    if instances is not None:
+        config["instanceGroup"][0]["count"] = instances  # tritonconfig gives CPU classes 1 per pod untuned
     text = render(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -134,11 +161,16 @@ def write_config(path: Path, name: str, manifest: EngineManifest, serving: Servi
 def lay_out_repository(
     root: Path, registry_uri: str, digest: str, manifest: EngineManifest, serving: Serving
 ) -> dict[str, str]:
-    """The three models under root/models; returns each config.pbtxt."""
+    """The four models under root/models; returns each config.pbtxt."""
     repository, configs = root / "models", {}
-    for name, batching in (("selected-batching", True), ("selected-nobatch", False)):
+    selected = {
+        "selected-batching": (serving.spec(True), serving.instances),
+        "selected-tuned": (tuned_spec(), None),  # manifest.serving_tuning's batcher and instances
+        "selected-nobatch": (serving.spec(False), serving.instances),
+    }
+    for name, (spec, instances) in selected.items():
         config = root / "etc" / name / "config.pbtxt"
-        configs[name] = write_config(config, name, manifest, serving, batching, digest)
+        configs[name] = write_config(config, name, manifest, spec, digest, instances)
         enginefetch.lay_out(registry_uri, digest, name, config, repository, python_backend=True)
 
     # The raw ONNX as Triton would get it from a user: onnxruntime, default options, no batcher. Its
@@ -154,7 +186,7 @@ def lay_out_repository(
     version = repository / "baseline" / enginefetch.VERSION
     version.mkdir(parents=True)
     config = repository / "baseline" / "config.pbtxt"
-    configs["baseline"] = write_config(config, "baseline", baseline, serving, False, raw)
+    configs["baseline"] = write_config(config, "baseline", baseline, serving.spec(False), raw, serving.instances)
     shutil.copyfile(CLS.path, version / "model.onnx")
     shutil.copyfile(enginefetch.RUNNER, version / "model.py")
     engine = enginefetch.engine_json(raw, baseline)
@@ -441,6 +473,134 @@ def little(batched: Point, single: Point, winner) -> list[str]:
     return lines
 
 
+def tuned_goals(by: dict[tuple[str, int], Point], hi: int, lo: int, bound: float | None) -> tuple[float, float]:
+    """selected-tuned's p95 at `lo` over selected-nobatch's, and its throughput at `hi` over `bound`."""
+    return (
+        by["selected-tuned", lo].p(95) / by["selected-nobatch", lo].p(95),
+        by["selected-tuned", hi].throughput / bound if bound else math.nan,
+    )
+
+
+def tuned_report(
+    by: dict[tuple[str, int], Point],
+    rounds: list[dict[tuple[str, int], Point]],
+    concurrencies: list[int],
+    manifest: EngineManifest,
+    chosen_by: str,
+) -> list[str]:
+    """selected-tuned beside selected-batching (the fixed defaults) and selected-nobatch: the compile's choice and
+    why, a table per concurrency, the two goals, and what the CPUs allow (arithmetic on the measured figures)."""
+    tuning, hi, lo = manifest.serving_tuning, max(concurrencies), min(concurrencies)
+    if tuning is None:
+        lines = [
+            "The compile recorded no `serving_tuning` (the tuning stage measured nothing usable; see its log), so "
+            "`selected-tuned` was served with the fixed defaults, as `selected-batching`. No goal is judged."
+        ]
+        bound, simulated = None, {}
+    else:
+        bound, simulated = tuning.throughput_bound_per_s, {load.clients: load for load in tuning.simulated}
+        times = ", ".join(f"{t.batch_size}: {t.p50_ms:.2f}" for t in tuning.service_times)
+        threads = sorted({t.threads for t in tuning.service_times})
+        scaling = ", ".join(f"{s.instances} at batch {s.batch_size}: {s.speedup:.2f}x" for s in tuning.instance_scaling)
+        lines = [
+            f"- Setting: **{batching.setting_of(tuning.setting).describe()}** (chosen for serving.maxBatchSize "
+            f"{tuning.max_batch_size}, "
+            + (
+                f"SLO {tuning.slo_target_ms:g} ms {tuning.slo_percentile}"
+                if tuning.slo_target_ms
+                else "no SLO: the lone-client rule"
+            )
+            + f"); config.pbtxt chosen by {chosen_by}.",
+            f"- The compile's reason: {tuning.reason}.",
+            f"- What it measured: the engine's p50 ms per batch by batch size ({', '.join(map(str, threads))} "
+            f"thread(s)): {times}; instances run at once over one alone: {scaling or 'not measured'}. The bound, "
+            f"{bound:.0f}/s, is the best batch size / p50 times the best instance gain.",
+        ]
+    rows = [
+        "",
+        "| concurrency | tuned req/s | tuned p95 ms | tuned mean batch | defaults req/s | defaults p95 ms "
+        "| no batching req/s | no batching p95 ms | tuned/defaults throughput | tuned/defaults p95 "
+        "| compile's model: req/s, p95 ms |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in concurrencies:
+        tuned, defaults, nobatch = (by[m, c] for m in ("selected-tuned", "selected-batching", "selected-nobatch"))
+        model = simulated.get(c)
+        rows.append(
+            f"| {c} | {tuned.throughput:.1f} | {tuned.p(95):.2f} | {tuned.mean_batch:.2f} | {defaults.throughput:.1f} "
+            f"| {defaults.p(95):.2f} | {nobatch.throughput:.1f} | {nobatch.p(95):.2f} "
+            f"| {ratio(tuned.throughput, defaults.throughput)} | {ratio(tuned.p(95), defaults.p(95))} "
+            f"| {f'{model.throughput_per_s:.0f}, {model.p95_ms:.2f}' if model else 'not simulated'} |"
+        )
+    lines += [*rows, ""]
+
+    p95_ratio, bound_ratio = tuned_goals(by, hi, lo, bound)
+    per_round = [tuned_goals(r, hi, lo, bound) for r in rounds]
+
+    def spread(i: int) -> str:
+        return f" (per round: {', '.join(f'{g[i]:.2f}x' for g in per_round)})" if len(rounds) > 1 else ""
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "not met"
+
+    single, alone = by["selected-tuned", lo], by["selected-nobatch", lo]
+    lines.append(
+        f"- Goal at c={lo}: selected-tuned's p95 within {LONE_CLIENT_SLACK:g}x of selected-nobatch's: "
+        f"{single.p(95):.2f} ms vs {alone.p(95):.2f} ms, **{p95_ratio:.2f}x**{spread(0)}, "
+        f"**{verdict(p95_ratio <= LONE_CLIENT_SLACK)}**. Triton's mean queue time {single.queue_ms:.2f} ms vs "
+        f"{alone.queue_ms:.2f} ms; {LONE_CLIENT_SLACK:g}x of the no-batching p95 leaves "
+        f"{(LONE_CLIENT_SLACK - 1) * alone.p(95):.2f} ms for the batcher's wait and the noise between two windows."
+    )
+    if bound is None:
+        return lines
+    top = by["selected-tuned", hi]
+    target = BOUND_SHARE * bound
+    lines.append(
+        f"- Goal at c={hi}: selected-tuned's throughput at least {BOUND_SHARE:g}x the bound the engine's own batch "
+        f"efficiency allows: {top.throughput:.0f} req/s vs bound {bound:.0f}/s (goal {target:.0f} req/s), "
+        f"**{bound_ratio:.2f}x**{spread(1)}, **{verdict(bound_ratio >= BOUND_SHARE)}**. The compile's model put "
+        "the setting at "
+        + (f"{simulated[hi].throughput_per_s:.0f}/s here." if hi in simulated else f"no load of {hi} clients.")
+    )
+    lines += cpu_arithmetic(top, tuning, target)
+    return lines
+
+
+def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float) -> list[str]:
+    """What the throughput goal asks of this machine's CPUs, from the CPU time measured per request at `top`."""
+    cpus = os.cpu_count() or 1
+    if not top.requests:
+        return []
+    server_ms, client_ms = (1000 * s / top.requests for s in (top.server_cpu_s, top.client_cpu_s))
+    per_request = server_ms + client_ms
+    ceiling, server_only = 1000 * cpus / per_request, 1000 * cpus / server_ms
+    best = max(tuning.service_times, key=lambda t: t.batch_size / t.p50_ms)
+    engine_ms = min(cpus, best.threads) * best.p50_ms / best.batch_size  # its threads busy for its batch
+    line = (
+        f"- What the throughput goal asks of the CPUs (arithmetic on the figures above): at c={top.concurrency} "
+        f"selected-tuned took {per_request:.2f} ms of CPU per request ({server_ms:.2f} ms in tritonserver and its "
+        f"stubs, {client_ms:.2f} ms in the clients, this process, on the same {cpus} CPUs). At that cost {cpus} CPUs "
+        f"doing nothing else serve at most {ceiling:.0f} req/s ({ratio(ceiling, target)} the goal's {target:.0f}). "
+        f"The bound counts the engine alone: at its most efficient batch ({best.batch_size}, {best.p50_ms:.2f} ms with "
+        f"{best.threads} thread(s)) at most {engine_ms:.2f} ms of CPU per sample (its threads busy throughout), "
+        f"against {per_request:.2f} ms measured per request here (served with 1 intra-op thread per instance; mean "
+        f"batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, Triton's python "
+        "backend and the clients, which the bound leaves out."
+    )
+    if ceiling < target:
+        line += (
+            f" So on this machine the goal is out of reach at the measured per-request cost: it needs that cost cut "
+            f"to {1000 * cpus / target:.2f} ms; even with the clients on other CPUs the server's share alone caps it "
+            f"at {server_only:.0f} req/s."
+        )
+    else:
+        line += (
+            f" The CPUs do not rule it out at that cost: {top.server_cpu + top.client_cpu:.2f} of {cpus} cores were "
+            f"busy with the benchmark (1-minute load average {top.load:.2f}: other processes took the rest)."
+        )
+    return [line]
+
+
 def plot(series: dict[str, list[tuple[int, float, float]]], concurrencies: list[int], title: str, path: Path) -> None:
     """Throughput and p95 against concurrency; `series`: model -> [(concurrency, req/s, p95 ms)]."""
     import matplotlib
@@ -481,9 +641,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="measured windows per point, in separate sweeps")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--compile-runs", type=int, default=10, help="timed runs per candidate in the compile")
-    parser.add_argument("--preferred", type=int, nargs="+", default=PREFERRED, help="preferred_batch_size")
-    parser.add_argument("--queue-delay-us", type=int, default=QUEUE_DELAY_US, help="max_queue_delay_microseconds")
-    parser.add_argument("--instances", type=int, default=1, help="instance_group count, every model")
+    parser.add_argument("--preferred", type=int, nargs="+", default=PREFERRED,
+                        help="preferred_batch_size of selected-batching")  # fmt: skip
+    parser.add_argument("--queue-delay-us", type=int, default=QUEUE_DELAY_US,
+                        help="max_queue_delay_microseconds of selected-batching")  # fmt: skip
+    parser.add_argument("--instances", type=int, default=1,
+                        help="instance_group count, every model but selected-tuned (the compile's choice)")  # fmt: skip
     parser.add_argument("--output", type=Path, default=RESULTS, help="where serving.md and serving.png go")
     args = parser.parse_args()
     serving = Serving(tuple(args.preferred), args.queue_delay_us, args.instances)
@@ -502,6 +665,8 @@ def main() -> None:
         compile_s = time.perf_counter() - t0
         winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
         print(f"selected {winner.id} ({manifest.selection.reason}) in {compile_s:.0f} s", flush=True)
+        tuning = manifest.serving_tuning
+        print(f"batcher tuned: {tuning.reason}" if tuning else "batcher not tuned: selected-tuned gets the defaults")
         configs = lay_out_repository(root, registry_uri, digest, manifest, serving)
 
         server = Server(root)
@@ -522,7 +687,7 @@ def main() -> None:
     by = {key: sum((r[key] for r in rounds[1:]), rounds[0][key]) for key in rounds[0]}  # rounds pooled
     points = list(by.values())
     hi, lo = max(concurrencies), min(concurrencies)
-    batched, nobatch, baseline = (by[(m, hi)] for m in MODELS)
+    batched, nobatch, baseline = (by[(m, hi)] for m in ("selected-batching", "selected-nobatch", "baseline"))
     speedup, vs_baseline, p95_growth = headline(by, hi, lo)
     met = speedup >= 3 and p95_growth <= 2
     per_round = [headline(r, hi, lo) for r in rounds]
@@ -533,6 +698,10 @@ def main() -> None:
     cpu = manifest.fingerprint.get("cpu", {})
     machine = f"{cpu_name()}, {os.cpu_count()} CPUs"
     versions = ", ".join(f"{k} {v}" for k, v in manifest.runtime_versions.items())
+    tuned_config = config_dict("selected-tuned", manifest, tuned_spec(), PYTHON_BACKEND, cpu_threads=1)
+    chosen_by = served_settings(tuned_config, batcher(tuned_spec(), manifest, gpu=False), manifest)["chosenBy"]
+    tuned = tuned_report(by, rounds, concurrencies, manifest, chosen_by)
+    tuned_instances = tuned_config["instanceGroup"][0]["count"]
     settings = {k: v for k, v in winner.settings.items() if k != "quantization"}
 
     args.output.mkdir(parents=True, exist_ok=True)
@@ -572,35 +741,47 @@ def main() -> None:
         "Setup: one real `tritonserver` 2.51 (nvidia-pytriton wheel; only the python backend, so every model is the "
         "project's python-backend runner executing the engine in-process, as on the local node) on a 127.0.0.x address. "
         f"Model: rapidocr's `{CLS.path.name}`, batch-1 requests of shape [1,3,{CLS.height},{CLS.width}], "
-        f"{SAMPLES} rendered text lines in rotation. Each model: {serving.instances} instance(s) (KIND_CPU), "
-        "`intra_op_threads` 1, "
+        f"{SAMPLES} rendered text lines in rotation. Each model: {serving.instances} instance(s) (KIND_CPU; "
+        f"selected-tuned: {tuned_instances}, the compile's choice), `intra_op_threads` 1 per instance, "
         f"`max_batch_size` {MAX_BATCH}; configs rendered by `tensorkiln.builders.tritonconfig` (python-backend runtime).",
         "",
         f"- `selected-batching`: the engine the compile selected, `{winner.id}` ({winner.compiler}, {winner.precision}; "
         f"settings {settings}; {manifest.selection.reason}), with `dynamic_batching {{ preferred_batch_size: "
         f"{list(serving.preferred)} max_queue_delay_microseconds: {serving.queue_delay_us} }}`"
         + (" (the InferenceModel API's defaults)." if serving == Serving() else "."),
+        "- `selected-tuned`: the same engine with the batcher and instance count the compile chose for it by "
+        f"measurement (CompileJob `batcherTuning {{ maxBatchSize: {MAX_BATCH} }}`, no SLO), rendered from a "
+        "spec.serving that leaves the batcher fields and instancesPerGPU unset, so `manifest.serving_tuning` fills "
+        "them as the operator renders them: "
+        + (
+            batching.setting_of(manifest.serving_tuning.setting).describe()
+            if manifest.serving_tuning
+            else "none recorded, so the fixed defaults"
+        )
+        + ".",
         "- `selected-nobatch`: the same engine, no `dynamic_batching`.",
         "- `baseline`: the unmodified ONNX on onnxruntime with default options, no `dynamic_batching`: the raw file "
         "served as is. (What config Triton's native onnxruntime backend would auto-complete for a raw file was not "
         "checked: this wheel has no such backend.)",
         "",
         (
-            "Serving config: the InferenceModel API's defaults, unchanged, because that is what the operator renders "
-            "for every model; they were not tuned to the goal."
+            "Serving config of selected-batching: the InferenceModel API's fixed defaults, unchanged, what the "
+            "operator renders for an engine compiled without spec.batcherTuning."
             if serving == Serving()
-            else f"Serving config: changed from the API defaults on the command line ({serving})."
+            else f"Serving config of selected-batching: changed from the API defaults on the command line ({serving})."
         )
-        + " `--preferred`, `--queue-delay-us` and `--instances` vary it, for all three models alike.",
+        + " `--preferred` and `--queue-delay-us` vary it; `--instances` sets the instance count of every model but "
+        "selected-tuned, whose settings are the compile's.",
         "",
         f"Compile: `tensorkiln_compiler.pipeline` with every OnnxRuntime/OpenVINO FP32/BF16/INT8 candidate, objective "
-        f"LatencyP95 at batch {CLS.batch_size}, warm-up {plan.warmup}, {plan.runs} timed runs each ({compile_s:.0f} s), "
-        f"published to a filesystem registry in a temporary directory. {versions}.",
+        f"LatencyP95 at batch {CLS.batch_size}, warm-up {plan.warmup}, {plan.runs} timed runs each, then the batcher "
+        f"tuned for the winner (`tensorkiln_compiler.serving_tuning`; {compile_s:.0f} s in all), published to a "
+        f"filesystem registry in a temporary directory. {versions}.",
         "Answers checked before timing (16 lines, batch 1, vs the original ONNX on onnxruntime): "
         + "; ".join(f"{m}: {c}" for m, c in checks.items())
         + ".",
         "",
-        f"Load: {args.rounds} round(s); in each, for each concurrency, the three models in turn, each point "
+        f"Load: {args.rounds} round(s); in each, for each concurrency, the {len(MODELS)} models in turn, each point "
         f"{args.warmup:g} s warm-up then {args.duration:g} s measured ({args.rounds * args.duration:g} s measured per "
         "point in all; the table pools the rounds): N threads, each with its own `tritonclient.grpc` client, "
         "sending batch-1 requests in a closed loop (the next request when the last answer arrives). Latencies are "
@@ -615,6 +796,10 @@ def main() -> None:
         "## Ratios",
         "",
         *ratios,
+        "",
+        "## Tuned batcher: selected-tuned vs the fixed defaults vs no batching",
+        "",
+        *tuned,
         "",
         "## Configs served",
         "",
@@ -631,6 +816,8 @@ def main() -> None:
     print("\n".join(table(points)))
     print()
     print("\n".join(ratios))
+    print()
+    print("\n".join(tuned))
     print(f"\nwrote {args.output / 'serving.md'} and {args.output / 'serving.png'}")
 
 
