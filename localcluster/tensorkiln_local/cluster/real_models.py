@@ -132,9 +132,9 @@ class RealModel:
         return f"{self.name}.onnx"
 
     def inference_model(self, root: str = STAGED_ROOT, sha256: str | None = None) -> dict:
-        """The minimal InferenceModel for the local cluster's CPU node (GPU products excluded)."""
+        """The minimal InferenceModel for the local cluster's CPU node (GPU products excluded). No precisions:
+        the compiler tries what the node runs natively (tensorkiln_compiler.precisions)."""
         compile_options: dict = {
-            "precisions": ["FP32", "INT8"],
             "calibration": {"datasetUri": f"file://{root}/{self.name}-calibration.npz", "samples": 16},
             "objective": {"metric": "LatencyP95", "batchSize": self.batch_size},
         }
