@@ -60,7 +60,12 @@ def triton_model_name(model: dict) -> str:
 
 
 def build_config_map(model: dict, spec: dict, target: HardwareClass, manifest: EngineManifest, runtime: str) -> dict:
-    text = render(config_dict(triton_model_name(model), manifest, spec["serving"], runtime))
+    return config_map_of(model, target, config_dict(triton_model_name(model), manifest, spec["serving"], runtime))
+
+
+def config_map_of(model: dict, target: HardwareClass, config: dict) -> dict:
+    """The ConfigMap holding `config` (tritonconfig.config_dict) as config.pbtxt."""
+    text = render(config)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

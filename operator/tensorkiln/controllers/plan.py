@@ -87,9 +87,14 @@ def refusal(error: Exception) -> str | None:
     return None
 
 
-def _serving_objects(observed: Observed, found: TargetObserved, replicas: int, settings: Settings) -> list[dict]:
-    model, spec, target = observed.model, observed.spec, found.target
-    config_map = serving.build_config_map(model, spec, target, found.manifest, settings.serving_runtime)
+def _serving_objects(
+    observed: Observed, found: TargetObserved, replicas: int, settings: Settings
+) -> tuple[list[dict], dict]:
+    """The target's serving objects, and its status.serving: what their model config sets, rendered once."""
+    model, spec, target, manifest = observed.model, observed.spec, found.target, found.manifest
+    name = serving.triton_model_name(model)
+    config = tritonconfig.config_dict(name, manifest, spec["serving"], settings.serving_runtime)
+    config_map = serving.config_map_of(model, target, config)
     # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
     # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.
     fixed = None if spec.get("slo") else replicas
@@ -100,15 +105,8 @@ def _serving_objects(observed: Observed, found: TargetObserved, replicas: int, s
         serving.build_target_service(model, target),
         serving.build_pdb(model, target, replicas),
     ]
-    return [d for d in desired if d is not None]
-
-
-def _served(observed: Observed, found: TargetObserved, settings: Settings) -> dict:
-    spec, manifest = observed.spec["serving"], found.manifest
-    name = serving.triton_model_name(observed.model)
-    config = tritonconfig.config_dict(name, manifest, spec, settings.serving_runtime)
-    settings = tritonconfig.batcher(spec, manifest, manifest.hardware_kind == "GPU")
-    return tritonconfig.served_settings(config, settings, manifest)
+    chosen = tritonconfig.batcher(spec["serving"], manifest, manifest.hardware_kind == "GPU")
+    return [d for d in desired if d is not None], tritonconfig.served_settings(config, chosen, manifest)
 
 
 def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) -> TargetPlan:
@@ -126,11 +124,10 @@ def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) 
         # least-cost placement, stabilised (LeastCost: controllers.scaler.Scaler.place, in gather).
         replicas = found.slo_outcome.replicas if found.slo_outcome else desired_replicas(spec, found.rollout)
         try:
-            desired = _serving_objects(observed, found, replicas, settings)
+            desired, served = _serving_objects(observed, found, replicas, settings)
         except ParseError as error:  # no retry can help: the status says so until the spec changes
             return TargetPlan(target, compile_job, refused=refusal(error))
         scale = replicas if observed.scaled_by_operator else None
-        served = _served(observed, found, settings)
         return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine, served)
     except owned.NameConflict as conflict:
         return TargetPlan(target, conflict=str(conflict))
