@@ -209,6 +209,40 @@ def test_warnings_only_keep_spec_valid_true_with_the_reason():
     assert checks.spec_valid_condition([])["reason"] == "Valid"
 
 
+# --- batcher settings the spec runs no dynamic batcher for ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "serving, why",
+    [
+        ({"dynamicBatching": {"enabled": False, "maxQueueDelayMicroseconds": 2000}}, "enabled is false"),
+        ({"maxBatchSize": 0, "dynamicBatching": {"preferredBatchSizes": [], "maxQueueDelayMicroseconds": 2000}},
+         "maxBatchSize is 0"),
+        ({"sequenceBatching": {"state": [{"input": "s", "output": "sN"}]},
+          "dynamicBatching": {"queuePolicy": {"maxQueueSize": 8}}}, "sequenceBatching is set"),
+    ],
+)  # fmt: skip
+def test_batcher_settings_the_spec_leaves_unused_are_admitted_with_a_warning_naming_them(serving, why):
+    # Admitted, not refused: objects created under the first CRD hold maxQueueDelayMicroseconds 2000 (its default).
+    spec = spec_of(serving=serving)
+    findings = checks.review(spec, "ns", file_roots=[ROOT], exists=nothing_missing, nodes=default_fleet())
+    (finding,) = findings
+    assert not finding.is_error and finding.reason == "UnusedBatcherSettings"
+    assert finding.field.startswith("spec.serving.dynamicBatching.") and finding.message.startswith(finding.field)
+    assert "set but unused: Triton runs no dynamic batcher" in finding.message and why in finding.message
+    condition = checks.spec_valid_condition(findings)
+    assert (condition["status"], condition["reason"]) == ("True", "UnusedBatcherSettings")
+    raw = model()
+    raw["spec"]["serving"] = serving
+    assert webhook.judge(raw, None, "CREATE", lambda model_, spec_: findings, []) == ([], [finding.message])
+
+
+def test_batcher_settings_are_no_finding_where_the_spec_may_run_the_batcher():
+    for serving in ({}, {"dynamicBatching": {"maxQueueDelayMicroseconds": 500}}, {"dynamicBatching": {"enabled": False}},
+                    {"maxBatchSize": 0}):  # fmt: skip
+        assert checks.check_batcher_settings(spec_of(serving=serving)) == []
+
+
 def _status(spec_valid, compile_jobs=None, rollouts=None):
     target = HardwareClass(name="cpu", kind="CPU", product="cpu", node_selector={}, nodes=("local-0",))
     model = {"metadata": {"name": "m", "generation": 2}, "spec": {}}

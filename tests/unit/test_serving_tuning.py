@@ -8,6 +8,8 @@ import json
 import pytest
 from registry_fixtures import make_engine
 from tensorkiln.api import CompileJobSpec, CompileJobStatus
+from tensorkiln.api.inferencemodel import TargetServingStatus
+from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.tritonconfig import (
     NATIVE,
@@ -37,7 +39,8 @@ from tensorkiln_compiler.batching import tuning_for
 
 from .test_builders import CLASSES, sample_model
 from .test_serving_builders import manifest as serving_manifest
-from .test_serving_builders import serving_spec_with
+from .test_serving_builders import serving_spec_with, unbatched_manifest
+from .test_serving_sequence import rank1_sr
 
 # A manifest as the registry holds it from before servingTuning existed (tensorkiln.registry.manifest at the
 # commit before it, serialised with canonical_json), and the digest it was published under.
@@ -165,6 +168,84 @@ def test_a_choice_without_batching_turns_the_batcher_off_unless_the_spec_turns_i
     assert not rendered(tuned_manifest(tmp_path), dynamicBatching={"enabled": False}).HasField("dynamic_batching")
 
 
+@pytest.mark.parametrize(
+    "batching, preferred, delay, max_queue_size",
+    [
+        ({"maxQueueDelayMicroseconds": 500}, [], 500, 0),
+        ({"preferredBatchSizes": [4]}, [4], 0, 0),
+        ({"preferredBatchSizes": []}, [], 0, 0),  # none, set: the batcher forms the largest batches it can
+        ({"queuePolicy": {"maxQueueSize": 64}}, [], 0, 64),
+    ],
+)
+def test_a_batcher_setting_the_spec_sets_keeps_the_batcher_on_against_the_compiles_choice(
+    tmp_path, batching, preferred, delay, max_queue_size
+):
+    config = rendered(tuned_manifest(tmp_path, OFF), dynamicBatching=batching)
+    assert config.HasField("dynamic_batching")
+    assert list(config.dynamic_batching.preferred_batch_size) == preferred  # unset: the compile's (none)
+    assert config.dynamic_batching.max_queue_delay_microseconds == delay
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == max_queue_size
+    status = served(tuned_manifest(tmp_path, OFF), dynamicBatching=batching)
+    assert status["scheduler"] == "Dynamic" and status["chosenBy"].startswith("spec: enabled")
+    assert "unused" not in status
+
+
+def test_a_queue_policy_left_at_its_defaults_asks_for_nothing(tmp_path):
+    spec = serving_spec_with(dynamicBatching={"queuePolicy": {"timeoutAction": "REJECT", "maxQueueSize": 0}})
+    assert batcher_fields.fields_set(spec) == []
+    assert not rendered(tuned_manifest(tmp_path, OFF), dynamicBatching=spec["dynamicBatching"]).HasField(
+        "dynamic_batching"
+    )
+
+
+STATE = {"state": [{"input": "state", "output": "stateN"}]}
+UNUSED = [
+    (
+        {"dynamicBatching": {"enabled": False, "maxQueueDelayMicroseconds": 500}},
+        "spec.serving.dynamicBatching.maxQueueDelayMicroseconds is set but unused: Triton runs no dynamic batcher, "
+        "as serving.dynamicBatching.enabled is false; unset it, or unset enabled to batch",
+    ),
+    (
+        {"maxBatchSize": 0, "dynamicBatching": {"enabled": True, "preferredBatchSizes": [],
+                                                "maxQueueDelayMicroseconds": 500}},
+        "spec.serving.dynamicBatching.enabled, spec.serving.dynamicBatching.preferredBatchSizes and "
+        "spec.serving.dynamicBatching.maxQueueDelayMicroseconds are set but unused: Triton runs no dynamic batcher, "
+        "as serving.maxBatchSize is 0 (the model is served unbatched); unset them, or set maxBatchSize above 0",
+    ),
+    (
+        {"maxBatchSize": 0, "sequenceBatching": STATE, "dynamicBatching": {"maxQueueDelayMicroseconds": 500}},
+        "spec.serving.dynamicBatching.maxQueueDelayMicroseconds is set but unused: Triton runs no dynamic batcher, "
+        "as serving.sequenceBatching is set and a model has one scheduler (the sequence batcher's own delay is "
+        "serving.sequenceBatching.maxQueueDelayMicroseconds); unset it",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("serving, message", UNUSED)
+def test_a_batcher_setting_the_spec_runs_no_batcher_for_is_reported_unused_naming_it(tmp_path, serving, message):
+    manifest = rank1_sr(unbatched_manifest(tmp_path)) if "sequenceBatching" in serving else tuned_manifest(tmp_path)
+    status = served(manifest, **serving)
+    assert status["scheduler"] == ("Sequence" if "sequenceBatching" in serving else "None")
+    assert "preferredBatchSizes" not in status
+    assert status["unused"] == message
+    TargetServingStatus.model_validate(status)  # the CRD's schema takes it
+    assert batcher_fields.unused(serving_spec_with(**serving)) == (message.split(" ")[0].rstrip(","), message)
+
+
+def test_an_engine_compiled_unbatched_leaves_the_batcher_settings_unused_until_its_replacement_serves(tmp_path):
+    engine = tuned_manifest(tmp_path).model_copy(update={"profiles": {"batched": False}})
+    status = served(engine, maxBatchSize=8, dynamicBatching={"maxQueueDelayMicroseconds": 500})
+    assert (status["scheduler"], status["maxBatchSize"]) == ("None", 0)
+    assert status["unused"] == (
+        "spec.serving.dynamicBatching.maxQueueDelayMicroseconds is set but unused: Triton runs no dynamic batcher, "
+        "as the engine served was compiled unbatched; used once the engine compiled for serving.maxBatchSize 8 "
+        "replaces it"
+    )
+    # The spec alone leaves nothing unused: admission has nothing to say.
+    spec = serving_spec_with(maxBatchSize=8, dynamicBatching={"maxQueueDelayMicroseconds": 500})
+    assert batcher_fields.unused(spec) is None
+
+
 def test_tuned_preferred_sizes_above_a_lowered_max_batch_size_give_way_to_the_defaults(tmp_path):
     config = rendered(tuned_manifest(tmp_path), maxBatchSize=8)
     assert config.max_batch_size == 8
@@ -195,7 +276,8 @@ def test_the_inference_models_status_says_what_the_config_sets_and_who_chose_it(
     }  # fmt: skip
     mixed = served(tuned_manifest(tmp_path), dynamicBatching={"maxQueueDelayMicroseconds": 500})
     assert mixed["maxQueueDelayMicroseconds"] == 500
-    assert mixed["chosenBy"] == "compile: enabled, preferredBatchSizes, instances; spec: maxQueueDelayMicroseconds"
+    # A batcher setting the spec sets keeps the batcher on whatever the compile chooses: enabled is the spec's too.
+    assert mixed["chosenBy"] == "spec: enabled, maxQueueDelayMicroseconds; compile: preferredBatchSizes, instances"
     old = served(serving_manifest(tmp_path, "OnnxRuntime", "CPU"))
     assert old["preferredBatchSizes"] == [8, 16] and old["chosenBy"].startswith("default: enabled, preferredBatchSizes")
     # The batcher off: only what Triton runs is shown, and why it is off.

@@ -29,8 +29,10 @@ control inputs, the spec's own names where it gives them, else the runner's (RUN
 Batcher and instances (`batcher`): each field spec.serving sets; the others as the compile chose them for
 the engine on its node (manifest.servingTuning: tensorkiln_compiler.batching, a model of the dynamic batcher
 fed the engine's measured latency per batch size), else the fixed defaults (preferred sizes 8 and 16,
-2000 µs, one instance) for an engine compiled without that choice. The instance count is per GPU on a GPU
-class (spec.serving.instancesPerGPU), per pod on a CPU class (the compile's choice, else 1).
+2000 µs, one instance) for an engine compiled without that choice. A batcher setting spec.serving sets keeps
+the batcher on whatever the compile chose, and where Triton still runs none (the spec turns it off, or the
+engine was compiled unbatched) the status says it is unused (builders.batcher_fields). The instance count is
+per GPU on a GPU class (spec.serving.instancesPerGPU), per pod on a CPU class (the compile's choice, else 1).
 
 Runtime settings: the engine is served with the runtime settings its compile measured, those of the
 selected candidate (the compiler's tuning stage may have picked a settings variant):
@@ -51,6 +53,7 @@ from google.protobuf.json_format import ParseError
 
 from tensorkiln.api.common import DEFAULT_CANDIDATE_SEQUENCES
 from tensorkiln.api.inferencemodel import DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS, default_preferred_batch_sizes
+from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.tritonschema import model_config_pb2
 from tensorkiln.registry.manifest import EngineManifest
 
@@ -140,6 +143,8 @@ class Batcher:
     instances: int
     # Where each came from, by spec.serving's field name: "spec", "compile" or "default".
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # The batcher settings the spec sets that Triton leaves unused, and why (batcher_fields.unused); None: none.
+    unused: str | None = field(default=None, compare=False)
 
 
 SPEC, COMPILE, DEFAULT = "spec", "compile", "default"
@@ -149,8 +154,9 @@ def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batche
     """For a GPU class (`gpu`) or a CPU class: each field spec.serving sets; for a field left unset, the
     compile's choice for the engine (manifest.servingTuning; None: not known yet), else the fixed defaults
     an engine compiled without that choice gets. The sequence batcher, when set, turns the dynamic batcher
-    off (a model has one scheduler). Tuned preferred sizes above serving.maxBatchSize (lowered since the
-    compile) are not used: the defaults stand in."""
+    off (a model has one scheduler); else, with enabled unset, a batcher setting the spec sets turns it on
+    (batcher_fields), the compile's choice notwithstanding. Tuned preferred sizes above serving.maxBatchSize
+    (lowered since the compile) are not used: the defaults stand in."""
     batching, max_batch = serving["dynamicBatching"], serving["maxBatchSize"]
     tuned = manifest.serving_tuning.setting if manifest and manifest.serving_tuning else None
     sources: dict[str, str] = {}
@@ -162,10 +168,12 @@ def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batche
         sources[name] = COMPILE if tuned else DEFAULT
         return tuned_value if tuned else default  # a tuned_value of False or 0 is a choice too
 
-    sequence = bool(serving.get("sequenceBatching"))
-    enabled = pick(
-        "enabled", batching.get("enabled") if not sequence else False, tuned and tuned.dynamic_batching, True
-    )
+    enabled = batching.get("enabled")
+    if serving.get("sequenceBatching"):
+        enabled = False
+    elif enabled is None and batcher_fields.fields_set(serving):
+        enabled = True
+    enabled = pick("enabled", enabled, tuned and tuned.dynamic_batching, True)
     preferred = pick("preferredBatchSizes", batching.get("preferredBatchSizes"), tuned and tuned.preferred_batch_sizes,
                      default_preferred_batch_sizes(max_batch))  # fmt: skip
     if sources["preferredBatchSizes"] == COMPILE and any(size > max_batch for size in preferred):
@@ -175,7 +183,8 @@ def batcher(serving: dict, manifest: EngineManifest | None, gpu: bool) -> Batche
     instances = instance_count(serving, manifest, gpu)
     chosen = COMPILE if tuned else DEFAULT
     sources["instances"] = SPEC if gpu and serving.get("instancesPerGPU") is not None else chosen
-    return Batcher(enabled, list(preferred), delay, instances, sources)
+    unused = batcher_fields.unused(serving, manifest is None or manifest.batched)
+    return Batcher(enabled, list(preferred), delay, instances, sources, unused and unused[1])
 
 
 def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) -> int:
@@ -189,8 +198,9 @@ def instance_count(serving: dict, manifest: EngineManifest | None, gpu: bool) ->
 
 def served_settings(config: dict, settings: Batcher, manifest: EngineManifest) -> dict:
     """A target's status.serving: what its model config (config_dict) sets for batching and instances,
-    where each of those settings came from (`settings`, the batcher it was rendered with), and why the
-    compile chose those that are its (`manifest`'s servingTuning)."""
+    where each of those settings came from (`settings`, the batcher it was rendered with), why the
+    compile chose those that are its (`manifest`'s servingTuning), and the batcher settings the spec sets
+    that the config leaves unused."""
     entry = {"maxBatchSize": config["maxBatchSize"], "instances": config["instanceGroup"][0]["count"]}
     used = ["instances"]
     if "sequenceBatching" in config:
@@ -212,6 +222,8 @@ def served_settings(config: dict, settings: Batcher, manifest: EngineManifest) -
     entry["chosenBy"] = "; ".join(f"{source}: {', '.join(names)}" for source, names in by_source.items())
     if COMPILE in by_source:
         entry["reason"] = manifest.serving_tuning.reason[:2048]
+    if settings.unused:
+        entry["unused"] = settings.unused[:1024]
     return entry
 
 

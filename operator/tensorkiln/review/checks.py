@@ -8,7 +8,9 @@ URI scheme, a `..` segment. These checks need the operator's settings or the clu
 - a pvc:// claim, or the registry's claim or credentials Secret, missing in the namespace: error;
 - hardware that matches no node: warning (a pool may appear later);
 - an SLO target below the engine's measured single-request p95: warning (no replica count can
-  meet it).
+  meet it);
+- a dynamic batcher setting the spec sets where the spec itself runs no dynamic batcher
+  (builders.batcher_fields): warning, not refused (that module says why), naming the field.
 
 The admission webhook (tensorkiln.admission.webhook) refuses errors and returns warnings; the
 reconciler reports the same findings as the `SpecValid` condition, and compiles nothing while
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import unquote, urlsplit
 
+from tensorkiln.builders import batcher_fields
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.status.conditions import condition, merge_conditions
@@ -36,6 +39,7 @@ MISSING_PVC = "MissingPVC"
 MISSING_SECRET = "MissingSecret"
 NO_MATCHING_NODES = "NoMatchingNodes"
 TARGET_BELOW_MEASURED_LATENCY = "TargetBelowMeasuredLatency"
+UNUSED_BATCHER_SETTINGS = "UnusedBatcherSettings"
 
 # exists(kind, name): True, False, or None when the operator may not look (RBAC): then no finding.
 Exists = Callable[[str, str], bool | None]
@@ -198,6 +202,13 @@ def check_slo_target(spec: dict, measured: dict[str, float]) -> list[Finding]:
     ]
 
 
+def check_batcher_settings(spec: dict) -> list[Finding]:
+    """Warn when spec.serving.dynamicBatching sets what Triton leaves unused, the spec running no dynamic batcher
+    (sequenceBatching, maxBatchSize 0, enabled: false); each target's status.serving says it too."""
+    unused = batcher_fields.unused(spec["serving"])
+    return [Finding(WARNING, UNUSED_BATCHER_SETTINGS, *unused)] if unused else []
+
+
 def review(
     spec: dict,
     namespace: str,
@@ -214,6 +225,7 @@ def review(
     findings += check_references(spec, namespace, exists, registry_uri=registry_uri, registry_secret=registry_secret)
     findings += check_hardware(spec, nodes)
     findings += check_slo_target(spec, measured or {})
+    findings += check_batcher_settings(spec)
     return sorted(findings, key=lambda f: not f.is_error)
 
 
