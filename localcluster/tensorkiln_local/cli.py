@@ -25,6 +25,22 @@ def _cluster(args) -> int:
     return 0
 
 
+def _node(args) -> int:
+    from kubernetes import client
+    from tensorkiln import kube
+
+    from tensorkiln_local.cluster import localnodes
+
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        if args.action == "up":
+            localnodes.start(client.CoreV1Api(api), args.name)
+            print(f"real node {args.name} is Ready (log: {localnodes.LocalNode(args.name).log})")
+        else:
+            localnodes.remove(client.CoreV1Api(api), args.name)
+            print(f"real node {args.name} stopped and deleted")
+    return 0
+
+
 def _crds(args) -> int:
     from tensorkiln.api.crdgen import write_crds
 
@@ -73,6 +89,17 @@ def parser() -> argparse.ArgumentParser:
     # Named choices: a wrong name is refused with the list, not a KeyError.
     build.add_argument("names", nargs="*", choices=sorted(BINARIES), help="default: the cluster's own binaries")
     cluster.set_defaults(func=_cluster)
+
+    node = commands.add_parser(
+        "node", help="more real nodes on this machine (local-1 ..), beside the cluster's local-0"
+    )
+    node_actions = node.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("up", "start its agent (idempotent); its pods get 127.0.N.x"),
+        ("down", "stop it, delete the Node"),
+    ):
+        node_actions.add_parser(action, help=text).add_argument("name", choices=[f"local-{i}" for i in range(1, 10)])
+    node.set_defaults(func=_node)
 
     crds = commands.add_parser("crds", help="generate crds/*.yaml from the pydantic API types")
     crds.add_argument("--output", default=str(paths.CRDS_DIR))

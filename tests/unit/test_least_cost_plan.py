@@ -194,9 +194,10 @@ def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, promethe
         "observedMilliseconds": 10.0, "latencySource": "summary-p95", "requestRate": 150.0, "queueMilliseconds": 1.0,
         "desiredReplicas": 4, "lastDecision": "ScaledUp", "lastDecisionMessage": "the least-cost placement wants 4: 1 -> 4",
         "capacityPerReplica": 100.0, "capacitySource": "MeasuredAtCompile", "capacityMeasuredAtCompile": 100.0,
-        "replicaPricePerHour": 0.8, "loadShare": 0.6667, "costPerHour": 3.2,
+        "replicaPricePerHour": 0.8, "loadShare": 0.8, "costPerHour": 3.2,
     }  # fmt: skip
-    assert (a100.slo_status["costPerHour"], a100.slo_status["loadShare"]) == (2.0, 0.3333)
+    # the Service spreads evenly over the 5 decided replicas: 4 of 5 requests go to L4
+    assert (a100.slo_status["costPerHour"], a100.slo_status["loadShare"]) == (2.0, 0.2)
     status = status_of(observed)
     InferenceModelStatus.model_validate(status)  # every field is in the CRD's schema
     assert status["costPerHour"] == 5.2  # what the replicas decided cost: 4 x 0.80 + 1 x 2.00
@@ -214,10 +215,12 @@ def test_a_full_cheap_pool_spills_to_the_next_cheapest_class_and_says_so(tmp_pat
     cluster.serve(L4, 300, latency_ms=40.0)
     scaler = Scaler(object(), period=10)
     observed, replicas = cluster.reconcile(scaler)
-    # 2 x L4 fit (160 counted); the other 140 req/s take one A100: 1.60 + 2.00 = 3.60/h (2 x A100: 4.00)
-    assert replicas == {A100: 1, L4: 3}  # A100 from its unused 0; L4's pending replica waits for the window
+    # The Service spreads 300 req/s evenly: a mix of 2 L4 and 2 A100 gives each replica 75 (within L4's 80
+    # counted), 1.60 + 4.00 = 5.60/h; 2 x A100 at 150 each cost 4.00/h. L4 alone would need 4 (3.20/h), which
+    # its pool cannot run: the demand spilled to A100.
+    assert replicas == {A100: 2, L4: 3}  # A100 up at once; L4 goes down only after the scale-down window
     placement = observed.least_cost.placement
-    assert placement.replicas == {L4: 2, A100: 1} and placement.cost_per_hour == pytest.approx(3.6)
+    assert placement.replicas == {L4: 0, A100: 2} and placement.cost_per_hour == pytest.approx(4.0)
     spill = f"{L4} pool full: 2 replicas fit (2 running, 0 more fit), the placement wants 4; spilled to {A100}"
     assert [s.message for s in placement.spills] == [spill]
     assert observed.least_cost.events == (("Warning", "SpilledOver", spill),)
@@ -240,13 +243,15 @@ def test_demand_beyond_every_class_at_its_maximum_uses_the_most_capacity_and_giv
     cluster.serve(A100, 500, latency_ms=60.0)
     scaler = Scaler(object(), period=10)
     observed, replicas = cluster.reconcile(scaler)
-    assert replicas == {A100: 2, L4: 2}  # every class at its maximum: 2 x 80 + 2 x 160 = 480 counted
+    # every class at its maximum; the even spread gives each of the 4 replicas a quarter, so they sustain
+    # 4 x the slowest's 80 counted = 320 (2 x A100 alone, with L4's minimum of 1 beside them: 3 x 80 = 240)
+    assert replicas == {A100: 2, L4: 2}
     placement = observed.least_cost.placement
-    assert (placement.reason, placement.shortfall) == ("InsufficientCapacity", 520)
+    assert (placement.reason, placement.shortfall) == ("InsufficientCapacity", 680)
     met = find(status_of(observed)["conditions"], "SLOMet")
     assert (met["status"], met["reason"]) == ("False", "InsufficientCapacity")
-    assert met["message"].startswith("demand 1000 req/s exceeds the most the classes can serve, 480 req/s")
-    assert met["message"].endswith("short by 520 req/s")
+    assert met["message"].startswith("demand 1000 req/s exceeds the most the classes can serve, 320 req/s")
+    assert met["message"].endswith("short by 680 req/s")
     assert observed.least_cost.events == (("Warning", "InsufficientCapacity", met["message"]),)
     clock.at += 10
     assert cluster.reconcile(scaler)[0].least_cost.events == ()  # once per stay short

@@ -3,7 +3,7 @@
 from ipaddress import IPv4Address
 
 import pytest
-from tensorkiln_local.node.ipam import IpAllocator, IpExhausted
+from tensorkiln_local.node.ipam import IpAllocator, IpExhausted, parse_range
 
 
 def test_allocation_is_stable_and_survives_a_restart(tmp_path):
@@ -31,3 +31,10 @@ def test_exhausted_pool_says_so(tmp_path):
     ipam.allocate("b")
     with pytest.raises(IpExhausted, match=r"no free pod IP in 127.0.0.10-127.0.0.11 \(2 addresses"):
         ipam.allocate("c")
+
+
+def test_pod_ip_ranges_parse_and_refuse_what_is_not_a_loopback_range():
+    assert parse_range("127.0.1.10-127.0.1.250") == (IPv4Address("127.0.1.10"), IPv4Address("127.0.1.250"))
+    for bad in ("10.0.0.1-10.0.0.9", "127.0.1.9-127.0.1.2", "127.0.1.10"):
+        with pytest.raises(ValueError):
+            parse_range(bad)

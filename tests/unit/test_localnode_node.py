@@ -37,6 +37,7 @@ def test_node_labels_describe_this_machine_and_nothing_fake():
     assert labels["kubernetes.io/os"] == "linux"
     assert labels["node.kubernetes.io/instance-type"] == "local"
     assert labels["tensorkiln.dev/local-node"] == "true"
+    assert labels["tensorkiln.dev/cpu-pool"] == "local-0"  # each real node is its own CPU pool
     assert labels["feature.node.kubernetes.io/cpu-cpuid.AMXINT8"] == "true"
     assert node["metadata"]["annotations"] == {"tensorkiln.dev/cpu-model-name": "Intel(R) Xeon(R) Platinum 8480+"}
     assert "taints" not in node["spec"]

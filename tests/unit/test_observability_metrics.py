@@ -119,6 +119,14 @@ def test_target_gauges_follow_status_and_go_with_the_model():
     metrics.record_targets(model, {"targets": targets[:1]})  # the L4 pool went away
     assert REGISTRY.get_sample_value("tensorkiln_target_replicas", l4) is None
 
+    placed = {**targets[0], "slo": {"costPerHour": 0.3, "loadShare": 0.75, "capacityPerReplica": 16.0}}
+    metrics.record_targets(model, {"targets": [placed]})  # placement LeastCost
+    assert value("tensorkiln_target_cost_per_hour", **cpu) == 0.3
+    assert value("tensorkiln_target_load_share", **cpu) == 0.75
+    assert value("tensorkiln_target_capacity_per_replica", **cpu) == 16
+    metrics.record_targets(model, {"targets": targets[:1]})  # PerClass again: no placement figures
+    assert REGISTRY.get_sample_value("tensorkiln_target_cost_per_hour", cpu) is None
+
     metrics.retain_models([("ns2", "other")])  # the model was deleted
     assert REGISTRY.get_sample_value("tensorkiln_target_replicas", cpu) is None
     assert REGISTRY.get_sample_value("tensorkiln_slo_target_milliseconds", cpu) is None
@@ -187,7 +195,8 @@ def test_metrics_endpoint_serves_every_name():
     metrics.record_scale_action("ns3", "served", "cpu", "up")
     metrics.record_compile_transition(compile_job("Running"), {"phase": "Running"}, {"phase": "Failed"})
     metrics.record_targets(
-        {"metadata": {"name": "served", "namespace": "ns3"}}, {"targets": [{"hardwareClass": "cpu"}]}
+        {"metadata": {"name": "served", "namespace": "ns3"}},
+        {"targets": [{"hardwareClass": "cpu", "slo": {"costPerHour": 0.1, "loadShare": 1, "capacityPerReplica": 9}}]},
     )
     server = metrics.serve(0, addr="127.0.0.1")
     try:

@@ -3,13 +3,8 @@
 kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 and the kwok controller as local processes and writes their certificates and kubeconfig.
 On top of that this module applies the simulated node pools and the CRDs and starts the
-local node agent for the real node local-0, then Prometheus (tensorkiln_local.cluster.prometheus).
-A running agent is kept, unless its code (tensorkiln_local/node/) or its Python environment
-changed since it was started (agent_code): then it is restarted, and the processes of the pods
-on local-0 with it (a restarted agent restarts them as the restart policy says; running Job pods
-fail, so do it between test runs). The agent gets the cluster's CA to sign the certificate of its
-kubelet endpoint (`kubectl logs`), which the API server verifies with the same CA (kwok.yaml); a
-CA other than the running agent's (a recreated cluster) restarts it too.
+local node agent for the real node local-0 (tensorkiln_local.cluster.localnodes, which also adds
+and removes further real nodes), then Prometheus (tensorkiln_local.cluster.prometheus).
 """
 
 import hashlib
@@ -24,13 +19,11 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from tensorkiln import kube
 
-import tensorkiln_local.node
-from tensorkiln_local.cluster import binaries, paths, pools, processes, prometheus
+from tensorkiln_local.cluster import binaries, localnodes, paths, pools, processes, prometheus
 from tensorkiln_local.operator_process import PIDFILE as OPERATOR_PIDFILE
 
-LOCAL_NODE = "local-0"
-AGENT_PIDFILE = paths.LOCALNODE_STATE / "agent.pid"
-AGENT_CODE = paths.LOCALNODE_STATE / "agent.code"  # agent_code() of the running agent
+LOCAL_NODE = localnodes.FIRST
+AGENT_PIDFILE = localnodes.LocalNode(LOCAL_NODE).pidfile
 # What the API server's audit log records (ServiceAccounts' requests), and where kwokctl keeps it.
 AUDIT_POLICY = paths.LOCALCLUSTER_DIR / "audit-policy.yaml"
 AUDIT_LOG = paths.KWOK_CLUSTER_DIR / "logs" / "audit.log"
@@ -200,64 +193,6 @@ def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
             core.delete_node(node.metadata.name)
 
 
-def agent_code() -> str:
-    """A digest of the agent's source (tensorkiln_local/node/*.py) and of the Python environment it
-    runs in: its pods (compile jobs, Triton) run that environment's tensorkiln, so a `cluster up`
-    from another checkout restarts it on that checkout's code."""
-    digest = hashlib.sha256(sys.prefix.encode() + b"\0")
-    for source in sorted(Path(tensorkiln_local.node.__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
-    if paths.CLUSTER_CA_CERT.exists():  # its serving certificate is signed by this CA
-        digest.update(b"ca\0" + paths.CLUSTER_CA_CERT.read_bytes())
-    return digest.hexdigest()
-
-
-def _start_agent(core: client.CoreV1Api) -> None:
-    paths.LOCALNODE_STATE.mkdir(parents=True, exist_ok=True)
-    code = agent_code()
-    running = processes.pid_of(AGENT_PIDFILE)
-    recorded = AGENT_CODE.read_text() if AGENT_CODE.exists() else ""
-    if running and recorded != code:
-        print(
-            f"the local node agent (pid {running}) runs other code than tensorkiln_local/node/ in {sys.prefix}"
-            " (or holds another cluster CA): "
-            f"restarting it; the processes of the pods on {LOCAL_NODE} restart with it",
-            file=sys.stderr,
-        )
-        processes.stop(AGENT_PIDFILE, grace_seconds=60)  # it stops its pods first (their grace, then 15 s each)
-        running = None
-    if not running:
-        AGENT_CODE.write_text(code)
-    processes.start(
-        [
-            sys.executable,
-            "-m",
-            "tensorkiln_local.node",
-            "--kubeconfig",
-            str(paths.KUBECONFIG),
-            "--node-name",
-            LOCAL_NODE,
-            "--state-dir",
-            str(paths.LOCALNODE_STATE),
-            "--ca-cert",
-            str(paths.CLUSTER_CA_CERT),
-            "--ca-key",
-            str(paths.CLUSTER_CA_KEY),
-        ],
-        AGENT_PIDFILE,
-        paths.LOCALNODE_STATE / "agent.log",
-    )
-
-    def ready() -> bool:
-        try:
-            node = core.read_node(LOCAL_NODE)
-        except client.ApiException:
-            return False
-        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-    _wait(ready, f"node {LOCAL_NODE} (log: {paths.LOCALNODE_STATE / 'agent.log'})", 60)
-
-
 def _stage_sample_models() -> None:
     try:
         from tensorkiln_local.cluster import ocr_models
@@ -276,7 +211,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
         dynamic = DynamicClient(api)
         _apply_crds(dynamic)
         _apply_pools(dynamic, pool_file)
-        _start_agent(client.CoreV1Api(api))
+        localnodes.start(client.CoreV1Api(api), LOCAL_NODE)
     prometheus.start()
     print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
 
@@ -284,7 +219,8 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
 def down() -> None:
     """Stop the operator, the local node agent, Prometheus and the control plane; delete the cluster."""
     processes.stop(OPERATOR_PIDFILE)
-    processes.stop(AGENT_PIDFILE)
+    for name in localnodes.running():
+        localnodes.stop(name)
     prometheus.stop()
     if _cluster_exists():
         _kwokctl("delete", "cluster")
@@ -297,7 +233,7 @@ def status() -> int:
     print(f"cluster:      {paths.CLUSTER_NAME} ({'ready' if ready else 'not running'})")
     print(f"kubeconfig:   {paths.KUBECONFIG}")
     for name, pidfile in (
-        ("local node", AGENT_PIDFILE),
+        *((f"node {n}", localnodes.LocalNode(n).pidfile) for n in localnodes.running() or [LOCAL_NODE]),
         ("operator", OPERATOR_PIDFILE),
         ("prometheus", prometheus.PIDFILE),
     ):
@@ -309,7 +245,7 @@ def status() -> int:
         counts: dict[str, int] = {}
         for node in client.CoreV1Api(api).list_node().items:
             labels = node.metadata.labels or {}
-            if node.metadata.name == LOCAL_NODE:
+            if labels.get("tensorkiln.dev/local-node") == "true":
                 kind = "cpu (real node)"
             else:
                 kind = labels.get("nvidia.com/gpu.product", "cpu") + " (simulated by kwok)"

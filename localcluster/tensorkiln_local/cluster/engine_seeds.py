@@ -22,7 +22,7 @@ from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry import open_registry
-from tensorkiln.registry.manifest import Artifact, CacheKey, Candidate, EngineManifest, Selection, TensorInfo
+from tensorkiln.registry.manifest import Artifact, Benchmark, CacheKey, Candidate, EngineManifest, Selection, TensorInfo
 from tensorkiln.settings import Settings
 
 PLACEHOLDER = b"test seed for a kwok-simulated GPU pool: not a TensorRT engine\n"
@@ -96,14 +96,24 @@ def publish_simulation(
     service_ms: float,
     inputs: list[TensorInfo],
     outputs: list[TensorInfo],
+    with_figures: bool = False,
 ) -> str:
     """A SIMULATED fixed-service-time engine for a CPU target: each batch takes `service_ms`
-    whatever its size, as a GPU engine roughly does below saturation; return its digest."""
+    whatever its size, as a GPU engine roughly does below saturation; return its digest.
+
+    `with_figures`: the manifest carries the simulation's own latency at batch 1 (service_ms at every
+    percentile, `runs: 0`: defined, not timed) as its benchmark, so the operator has a capacity per
+    replica before any pod has served (what a compile's benchmark gives a real engine); without it the
+    capacity is known only once Triton has served load."""
     parameters = {"serviceMilliseconds": service_ms}
+    defined = Benchmark(
+        batch_size=1, p50_ms=service_ms, p95_ms=service_ms, p99_ms=service_ms,
+        throughput_per_s=1000.0 / service_ms, threads=1, warmup_runs=0, runs=0,
+    )  # fmt: skip
     simulation = Candidate(
         id="simulation", compiler="SimulatedServiceTime", precision="FP32", status="Selected",
         reason=f"simulation of a GPU-bound engine: {service_ms:g} ms per batch, computes nothing",
-        settings=parameters,
+        settings=parameters, benchmarks=[defined] if with_figures else [],
     )  # fmt: skip
     files = {SIMULATION_FILE: (json.dumps(parameters, sort_keys=True) + "\n").encode()}
     return _publish(

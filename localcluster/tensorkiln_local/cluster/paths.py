@@ -35,5 +35,12 @@ LOCAL_DATA = Path(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln")
 SAMPLE_MODELS = LOCAL_DATA / "models"
 
 STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / "tensorkiln"))
-LOCALNODE_STATE = STATE_DIR / "localnode"
+LOCALNODE_STATE = STATE_DIR / "localnode"  # local-0's agent: pods, logs, pid file
+
+
+def local_node_state(name: str) -> Path:
+    """The state dir of the agent of real node `name` (local-0's is LOCALNODE_STATE)."""
+    return LOCALNODE_STATE if name == "local-0" else STATE_DIR / f"localnode-{name}"
+
+
 OPERATOR_STATE = STATE_DIR / "operator"

@@ -1,13 +1,14 @@
 """`python -m tensorkiln_local.node`: the agent that makes one real node out of this machine.
 
     python -m tensorkiln_local.node --kubeconfig PATH --node-name local-0 --state-dir DIR \
-        [--ca-cert CA.crt --ca-key CA.key]
+        [--ca-cert CA.crt --ca-key CA.key] [--pod-ips 127.0.0.10-127.0.0.250]
 
 Runs until SIGTERM/SIGINT, then kills the pods' processes (like a node shutdown) and exits
 without touching the API: the node going NotReady is what Kubernetes expects. Logs go to
 stderr; files go under DIR only (the kubernetes client's temporary certificate files too).
 One agent per node name per machine (two would run every pod twice): a second one exits
-with status 1. With the cluster CA's certificate and key it serves the kubelet endpoint the API
+with status 1. Two nodes on one machine need disjoint --pod-ips ranges (both are loopback
+addresses, and each pod binds its own). With the cluster CA's certificate and key it serves the kubelet endpoint the API
 server proxies `kubectl logs` to (kubelet_server.py).
 """
 
@@ -22,6 +23,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import ipam
 from .agent import Agent
 from .kube import Kube
 
@@ -33,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--ca-cert", type=Path, help="the cluster CA (signs the kubelet endpoint's certificate)")
     parser.add_argument("--ca-key", type=Path)
+    parser.add_argument(
+        "--pod-ips",
+        type=ipam.parse_range,
+        default=(ipam.FIRST, ipam.LAST),
+        help=f"the loopback addresses this node gives its pods, FIRST-LAST (default {ipam.FIRST}-{ipam.LAST})",
+    )
     args = parser.parse_args(argv)
     if (args.ca_cert is None) != (args.ca_key is None):
         parser.error("--ca-cert and --ca-key go together")
@@ -56,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     ca = (args.ca_cert.resolve(), args.ca_key.resolve()) if args.ca_cert else None
-    Agent(Kube.from_kubeconfig(args.kubeconfig), args.node_name, state_dir, ca).run(stop)
+    Agent(Kube.from_kubeconfig(args.kubeconfig), args.node_name, state_dir, ca, args.pod_ips).run(stop)
     logging.info("stopped")
     return 0
 

@@ -20,12 +20,13 @@ import os
 import sys
 import threading
 import time
+from ipaddress import IPv4Address
 from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
 from .cgroups import Unavailable, open_memory_cgroups
-from .ipam import IpAllocator
+from .ipam import FIRST, LAST, IpAllocator
 from .kube import Kube, delete_pod_now, describe, is_status, retry
 from .kubelet_server import KubeletServer, server_context
 from .node import HOST_IP, LEASE_NAMESPACE, MachineFacts, lease_object, node_object, node_status
@@ -79,7 +80,14 @@ class KubeResolver:
 
 
 class Agent:
-    def __init__(self, kube: Kube, node_name: str, state_dir: Path, ca: tuple[Path, Path] | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        node_name: str,
+        state_dir: Path,
+        ca: tuple[Path, Path] | None = None,
+        pod_ips: tuple[IPv4Address, IPv4Address] = (FIRST, LAST),
+    ):
         self.kube = kube
         self.ca = ca
         self.node_name = node_name
@@ -87,7 +95,7 @@ class Agent:
         self.env = NodeEnv(
             kube=kube,
             resolver=KubeResolver(kube),
-            ipam=IpAllocator(state_dir / "ipam.json"),
+            ipam=IpAllocator(state_dir / "ipam.json", *pod_ips),
             node_name=node_name,
             state_dir=state_dir,
             search_path=f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}",

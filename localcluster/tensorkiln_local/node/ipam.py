@@ -22,6 +22,15 @@ class IpExhausted(RuntimeError):
     pass
 
 
+def parse_range(text: str) -> tuple[IPv4Address, IPv4Address]:
+    """`FIRST-LAST`, two loopback addresses, FIRST <= LAST (for argparse: ValueError on bad input)."""
+    first, _, last = text.partition("-")
+    low, high = IPv4Address(first.strip()), IPv4Address(last.strip())
+    if not (low.is_loopback and high.is_loopback and low <= high):
+        raise ValueError(f"{text!r}: want FIRST-LAST, two loopback addresses with FIRST <= LAST")
+    return low, high
+
+
 def free_address_below_pods(ports: tuple[int, ...]) -> str:
     """A 127.0.0.x below the pod range (2-9) where every port is free: for servers started outside pods."""
     for host in range(2, int(FIRST) - int(IPv4Address("127.0.0.0"))):

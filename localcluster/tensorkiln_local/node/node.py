@@ -3,6 +3,9 @@
 `MachineFacts.probe()` is the only part that reads the machine; the builders are pure so the
 objects can be checked in unit tests. Labels are truthful: architecture, CPU model and the CPU
 features NFD would report. There are no taints and no kwok annotation: local-0 is a real node.
+Each real node is also its own CPU pool, `tensorkiln.dev/cpu-pool: <node name>`: two of them on
+one machine have the same CPU labels (one hardware class under Auto discovery), and this label
+is what an Explicit pool selects to serve them as two classes.
 Whether containers' memory limits are enforced (cgroups.py) is the condition MemoryLimitsEnforced,
 with the reason when they are not: the node never claims what it does not do. The addresses are
 InternalIP 127.0.0.1 and Hostname <node name> (which does not resolve: the API server prefers
@@ -25,6 +28,7 @@ MAX_PODS = "110"
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
 HOST_IP = "127.0.0.1"
+CPU_POOL_LABEL = "tensorkiln.dev/cpu-pool"
 MEMORY_LIMITS = "MemoryLimitsEnforced"  # a node condition of ours, as node-problem-detector adds its own
 
 _ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -71,6 +75,7 @@ def node_object(name: str, facts: MachineFacts) -> dict:
         "kubernetes.io/arch": arch(facts.machine),
         "node.kubernetes.io/instance-type": "local",
         "tensorkiln.dev/local-node": "true",
+        CPU_POOL_LABEL: name,
         **cpu_labels(info),
     }
     annotations = {"tensorkiln.dev/cpu-model-name": info.model_name} if info.model_name else {}

@@ -258,9 +258,13 @@ class DynamicBatching(SpecModel):
         None,
         description=(
             "Whether Triton batches concurrent requests. Unset: false when serving.sequenceBatching is set (a model "
-            "has one scheduler: the dynamic batcher or the sequence batcher); else as the compile chose for the "
-            "class's engine (CompileJob status.servingTuning: off when batching gains nothing on the node), and true "
-            "for an engine compiled without that choice."
+            "has one scheduler: the dynamic batcher or the sequence batcher); else true when preferredBatchSizes, "
+            "maxQueueDelayMicroseconds or a queuePolicy other than its defaults is set (a batcher setting asks for "
+            "the batcher, whatever the compile chose); else as the compile chose for the class's engine (CompileJob "
+            "status.servingTuning: off when batching gains nothing on the node), and true for an engine compiled "
+            "without that choice. Batcher settings set where the spec runs no dynamic batcher (sequenceBatching, "
+            "maxBatchSize 0, enabled: false) are unused: admission warns, naming them, and so does each target's "
+            "status.serving.unused."
         ),
     )
     preferred_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]] | None = Field(
@@ -451,8 +455,9 @@ class SLO(SpecModel):
         description=(
             "How the load is placed across the hardware classes. PerClass: each class's replicas are scaled "
             "alone on its own latency. LeastCost (mode Operator only): the model is served as a whole, with the "
-            "replicas per class that carry the request rate, at each class's capacity per replica, for the "
-            "least cost per hour, from the tensorkiln.dev/price-per-hour annotation of the classes' Nodes (the "
+            "replicas per class that carry the request rate for the least cost per hour; the model's Service "
+            "spreads requests evenly over ready pods, so every replica is counted at the capacity per replica of "
+            "the slowest class used, from the tensorkiln.dev/price-per-hour annotation of the classes' Nodes (the "
             "hourly price of one GPU, or of one CPU core); a class whose pool is full is kept at what it runs "
             "and the rest spills to the next-cheapest class (SLOMet reason SpilledOver, and an Event). minReplicas "
             "and maxReplicas still bound each class: minReplicas 0 lets a class go unused. Without a price on "
@@ -664,8 +669,9 @@ class TargetSLOStatus(KubeModel):
         ge=0,
         le=1,
         description=(
-            "Share of the model's load placed on this target (spec.slo.placement LeastCost): its replicas' "
-            "capacity over the model's, 0 to 1 (replicas its pool cannot run count none)."
+            "Share of the model's load placed on this target (spec.slo.placement LeastCost): its replicas over "
+            "the model's, 0 to 1, as the model's Service spreads requests evenly over ready pods (replicas its "
+            "pool cannot run count none)."
         ),
     )
     cost_per_hour: float | None = Field(
@@ -698,9 +704,9 @@ class TargetServingStatus(KubeModel):
     chosen_by: str = Field(
         max_length=1024,
         description=(
-            "Where each setting came from: spec (spec.serving), compile (chosen by measurement for the engine on "
-            "its node: the CompileJob's status.servingTuning), or default (fixed defaults, for an engine compiled "
-            "without that choice)."
+            "Where each setting came from: spec (spec.serving; enabled too when a batcher setting the spec sets "
+            "turned the batcher on), compile (chosen by measurement for the engine on its node: the CompileJob's "
+            "status.servingTuning), or default (fixed defaults, for an engine compiled without that choice)."
         ),
     )
     reason: str | None = Field(
@@ -710,6 +716,16 @@ class TargetServingStatus(KubeModel):
             "Why the compile's measurement chose its settings (its model of Triton's batcher, with the figures), "
             "chosen again from the same measurements when spec.slo or serving.maxBatchSize changed since the "
             "compile. Unset: no setting came from the compile."
+        ),
+    )
+    unused: str | None = Field(
+        None,
+        max_length=1024,
+        description=(
+            "The spec.serving.dynamicBatching settings the spec sets that this model config leaves unused, and "
+            "why: Triton runs no dynamic batcher (serving.sequenceBatching is set, serving.maxBatchSize is 0, "
+            "dynamicBatching.enabled is false, or the engine served was compiled unbatched), and what to do. "
+            "Unset: every batcher setting the spec sets is used."
         ),
     )
 

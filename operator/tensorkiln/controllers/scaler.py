@@ -30,6 +30,9 @@ from tensorkiln.status.serving import Rollout
 
 HISTORY_SECONDS = 900
 IDLE_RATE = 0.05  # requests/s below which a target counts as idle
+# A LeastCost model keeps the replicas it runs while they meet the demand at most this much above the least
+# cost (scaling.placement.place): near-equal placements would otherwise take turns as capacity figures move.
+KEEP_WITHIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,7 @@ class Scaler:
             for name, m in by_name.items()
         }
         demand = sum(obs.request_rate for obs in readings.values())
-        placement = place([o.offer for o in offers.values()], demand)
+        placement = place([o.offer for o in offers.values()], demand, KEEP_WITHIN)
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
             wishes = self._wish(keys[name], Wish(now, placement.replicas[name]))
@@ -364,10 +367,11 @@ def _costs(offers: Mapping[str, Offer], replicas: Mapping[str, int]) -> dict[str
 
 
 def _shares(offers: Mapping[str, Offer], replicas: Mapping[str, int]) -> dict[str, float]:
-    """Per class, its decided replicas' share of the model's capacity (replicas its pool cannot run count none)."""
-    capacity = {name: o.offer.capacity * min(replicas[name], o.offer.fits) for name, o in offers.items()}
-    total = sum(capacity.values())
-    return {name: round(c / total, 4) if total else 0.0 for name, c in capacity.items()}
+    """Per class, its share of the model's load: its decided replicas over the model's, as the Service spreads
+    requests evenly over ready pods (replicas its pool cannot run count none)."""
+    serving = {name: min(replicas[name], o.offer.fits) for name, o in offers.items()}
+    total = sum(serving.values())
+    return {name: round(n / total, 4) if total else 0.0 for name, n in serving.items()}
 
 
 def _offer_status(offer: Offer, share: float, cost: float | None) -> dict:

@@ -7,9 +7,11 @@ a target's namespace, model and hardware class, so the dashboard shows what the 
 Layout: variables `namespace` and `model` (one each) and `hardware_class` (several, all by
 default); one row per selected hardware class (Grafana repeats it), that is one per target of
 the InferenceModel, with p95 latency against the SLO target, replicas, request rate, queue time,
-batch size; then a row of the operator's own metrics (observability.metrics): compile results,
-scale actions, reconciles, registry hit rate and watch reconnects. The operator's series need
-the operator scraped (its pod's prometheus.io/* annotations, port TENSORKILN_METRICS_PORT).
+batch size; a row of the model's classes side by side under placement LeastCost (cost per hour,
+share of the load, capacity per replica: the operator's gauges of its status); then a row of the
+operator's own metrics (observability.metrics): compile results, scale actions, reconciles,
+registry hit rate and watch reconnects. The operator's series need the operator scraped (its
+pod's prometheus.io/* annotations, port TENSORKILN_METRICS_PORT).
 """
 
 import json
@@ -137,6 +139,38 @@ def _target_panels() -> list[dict]:
                 ),
             ],
             "Requests queued or executing now; replica changes by the SLO scaler.",
+        ),
+    ]
+
+
+def _placement_panels() -> list[dict]:
+    """The model as a whole under spec.slo.placement LeastCost: its classes side by side."""
+    classes = '{namespace="$namespace",model="$model",hardware_class=~"$hardware_class"}'
+    return [
+        _panel(
+            "Cost per hour",
+            "currencyUSD",
+            [
+                _target(
+                    "cost", f"sum by (hardware_class) (tensorkiln_target_cost_per_hour{classes})", "{{hardware_class}}"
+                )
+            ],
+            "What each class's replicas cost an hour (status costPerHour), in the currency of the nodes' "
+            "tensorkiln.dev/price-per-hour annotation (shown as USD); their sum is the model's Cost/h column.",
+        ),
+        _panel(
+            "Share of the load",
+            "percentunit",
+            [_target("share", f"tensorkiln_target_load_share{classes}", "{{hardware_class}}")],
+            "The share of the model's requests the placement gives each class: its replicas over the model's, "
+            "as the Service spreads requests evenly over ready pods.",
+        ),
+        _panel(
+            "Capacity per replica",
+            "reqps",
+            [_target("capacity", f"tensorkiln_target_capacity_per_replica{classes}", "{{hardware_class}}")],
+            "Requests/s one replica of each class sustains under the SLO target, as measured at compile or "
+            "observed (status capacitySource).",
         ),
     ]
 
@@ -276,6 +310,7 @@ def build() -> dict:
         "panels": _layout(
             [
                 ({**row, "title": "$model on $hardware_class", "repeat": "hardware_class"}, _target_panels()),
+                ({**row, "title": "$model: placement and cost (LeastCost)"}, _placement_panels()),
                 ({**row, "title": "Operator"}, _operator_panels()),
             ]
         ),

@@ -76,6 +76,23 @@ TARGET_READY_REPLICAS = Gauge(
 SLO_TARGET = Gauge(
     "tensorkiln_slo_target_milliseconds", "The model's latency SLO target (spec.slo.targetMilliseconds).", _TARGET
 )
+# spec.slo.placement LeastCost (status.targets[].slo): what each target costs, carries and can carry.
+TARGET_COST = Gauge(
+    "tensorkiln_target_cost_per_hour", "What a target's replicas cost an hour (status costPerHour).", _TARGET
+)
+TARGET_LOAD_SHARE = Gauge(
+    "tensorkiln_target_load_share", "Share of the model's load placed on a target, 0 to 1 (status loadShare).", _TARGET
+)
+TARGET_CAPACITY = Gauge(
+    "tensorkiln_target_capacity_per_replica",
+    "Requests/s one replica of a target sustains under the SLO (status capacityPerReplica).",
+    _TARGET,
+)
+_PLACEMENT_GAUGES = (
+    (TARGET_COST, "costPerHour"),
+    (TARGET_LOAD_SHARE, "loadShare"),
+    (TARGET_CAPACITY, "capacityPerReplica"),
+)
 WORKQUEUE_DEPTH = Gauge(
     "tensorkiln_workqueue_depth", "Objects in the reconcile work queue (due now or later: backoffs, SLO schedule)."
 )
@@ -98,6 +115,9 @@ NAMES = frozenset(
         "tensorkiln_target_replicas",
         "tensorkiln_target_ready_replicas",
         "tensorkiln_slo_target_milliseconds",
+        "tensorkiln_target_cost_per_hour",
+        "tensorkiln_target_load_share",
+        "tensorkiln_target_capacity_per_replica",
         "tensorkiln_workqueue_depth",
         "tensorkiln_workqueue_longest_running_seconds",
     }
@@ -164,7 +184,7 @@ _targets: dict[tuple[str, str], set[str]] = {}  # (namespace, model) -> hardware
 
 def _drop(namespace: str, model: str, classes: Iterable[str]) -> None:
     for hardware_class in classes:
-        for gauge in (TARGET_REPLICAS, TARGET_READY_REPLICAS, SLO_TARGET):
+        for gauge in (TARGET_REPLICAS, TARGET_READY_REPLICAS, SLO_TARGET, *(g for g, _ in _PLACEMENT_GAUGES)):
             try:
                 gauge.remove(namespace, model, hardware_class)
             except KeyError:
@@ -183,6 +203,15 @@ def record_targets(model: dict, status: dict) -> None:
         TARGET_READY_REPLICAS.labels(namespace, name, hardware_class).set(target.get("readyReplicas", 0))
         if slo_ms is not None:
             SLO_TARGET.labels(namespace, name, hardware_class).set(slo_ms)
+        for gauge, field in _PLACEMENT_GAUGES:
+            value = (target.get("slo") or {}).get(field)
+            if value is not None:
+                gauge.labels(namespace, name, hardware_class).set(value)
+            else:  # placement PerClass again, or a class that lost its price
+                try:
+                    gauge.remove(namespace, name, hardware_class)
+                except KeyError:
+                    pass
     with _targets_lock:
         gone = _targets.get((namespace, name), set()) - classes
         _targets[(namespace, name)] = classes

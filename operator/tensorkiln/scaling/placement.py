@@ -11,10 +11,26 @@ the model receives) and, per hardware class i,
 it returns replicas n_i per class that solve, exactly,
 
     minimise   sum_i p_i * n_i
-    subject to sum_i c_i * min(n_i, s_i) >= D,   l_i <= n_i <= u_i,   n_i integer,
+    subject to N * min{c_i : n_i > 0} >= D,   N = sum_i min(n_i, s_i),
+               l_i <= n_i <= u_i,   n_i integer,
 
-ties broken by fewer replicas in all, then by fewer replicas changed from those running (no churn
-between equally good placements), then by more capacity, then by class name.
+ties between floors broken by fewer replicas in all, then by fewer replicas changed from those
+running (no churn between equally good placements), then by more capacity, then by class name
+(within a floor, by the fill's order below).
+
+Why min, not a sum of capacities: the model's Service spreads requests evenly over its ready pods
+(kube-proxy, and any client that follows the EndpointSlices), whatever their class, so each replica
+takes D / N. A placement is safe only if that share is within the capacity of the slowest class it
+uses; a fast class's extra capacity is not used by an even spread. Kubernetes Services have no
+weights (topology-aware routing only prefers a zone), so the placement fits the spread every cluster
+has rather than a weighted one it would need a Gateway for. A class of unknown capacity (c_i = 0)
+counts for none and limits nothing: it runs its minimum.
+
+Solved per capacity floor f, each c_i > 0 in turn: only classes with c_i >= f may run replicas (a
+slower one that must serve, min(l_i, s_i) > 0, rules the floor out), and the constraint becomes
+N >= M_f = ceil(D / f). The best over the floors is the optimum: an optimal placement's slowest
+used class is one of the floors, and every floor's placement is safe (each replica's share
+D / N <= f <= its c_i).
 
 Replicas above s_i would stay Pending and serve nothing, so a full pool (free 0, pods pending) is
 capped at what it runs, and the demand it cannot take goes to the next-cheapest classes: the
@@ -26,39 +42,25 @@ costs cannot be compared, so every replica counts as costing 1: the placement is
 fewest replicas that meet the demand (reason FewestReplicas), with no cost figure, and it names
 the classes without a price.
 
-No combination meets the demand (sum_i c_i * min(u_i, s_i) < D): every class runs as many
-replicas as can serve, max(l_i, min(u_i, s_i)) (a class of no capacity, c_i = 0, its minimum), and
-the outcome is InsufficientCapacity with the shortfall in requests/s.
+No floor meets the demand (at every floor, the allowed classes at max(l_i, min(u_i, s_i)) serve fewer
+than M_f replicas): the floor whose classes, each at as many replicas as can serve, sustain the most
+(N * f) is used, the other classes at their minimum, and the outcome is InsufficientCapacity with the
+shortfall in requests/s.
+
+What runs is kept (place's keep_within, the scaler's KEEP_WITHIN) while it meets the demand at a
+cost within a small fraction of the least: capacity figures are measured, so two placements of
+about the same cost would otherwise take turns as the figures move (and every turn starts pods).
 
 Zero demand with every minimum 0 would leave the model with no replica, which then never sees
 the demand come back: the placement keeps one replica on the cheapest class that can run one.
 
-The search is exhaustive over a bounded space, hence exact:
-
-1. Bound. In an optimal placement (by the order above) n_i <= B_i = max(l_i, min(u_i, s_i,
-   ceil(D / c_i))), and n_i = l_i when c_i = 0. Proof: if n_i > B_i then n_i > l_i, so one replica
-   of class i may be removed within bounds. If n_i > s_i the removed replica served nothing; if
-   n_i > ceil(D / c_i) (and n_i <= s_i), the n_i - 1 >= ceil(D / c_i) replicas left in class i
-   alone carry D; if c_i = 0 it carried nothing. Either way the placement stays feasible, its cost
-   does not grow (p_i >= 0) and it has one replica fewer: it was not optimal.
-   The same argument, with the other classes fixed at any values >= their minimums, bounds n_i
-   by the fewest replicas that, with every class after i in the search at its minimum, meet
-   D (or l_i if more): the search stops increasing n_i there.
-2. Enumeration. Classes are taken in order of price per capacity (p_i / c_i). Every class but
-   the last enumerates n_i in [l_i, B_i]; the last takes the fewest replicas that meet what is
-   left (its cost grows with n, so no larger n is better). The space is at most
-   prod_{i < k} (B_i - l_i + 1) placements: with B_i <= min(u_i, s_i, ceil(D / c_i)) that is
-   the product of each class's replicas that could serve, e.g. 3 classes of at most 20 useful
-   replicas each: 441.
-3. Pruning never drops an optimum: a partial placement is abandoned only when a lower bound of
-   every completion (its cost so far, plus each remaining class's minimum, plus the linear
-   relaxation of the rest, solved exactly by filling classes in order of price per capacity)
-   exceeds the best cost found, or when no completion can meet the demand. Each class's n runs
-   from B_i down, so the first placement found is the greedy one; below B_i the bound does not
-   fall as n falls (a replica of class i saves the relaxation at least its price p_i, the classes
-   after it costing as much or more per capacity), so the first n whose bound is over the best
-   cost, or infeasible, ends that class's loop. In practice a dozen classes of a hundred replicas
-   each take milliseconds; the worst case is the product above.
+Each floor's problem is solved exactly by filling: every class starts at its minimum, then one
+replica at a time goes to the cheapest allowed class with room (under its maximum and its pool's
+fit), until M_f serve. Every added replica serves exactly one unit of N at its class's price, so the
+problem is a knapsack of unit items, where taking the cheapest first is optimal; replicas above a
+class's fit would cost without serving, so none is added there. Equal prices go first to a class
+below what it runs (fewer changes), then by name. That is at most (classes) x (replicas) steps per
+floor: a dozen classes of a hundred replicas take milliseconds.
 Arithmetic is exact (fractions of the given floats), so ties and the demand's edge are decided
 without rounding.
 """
@@ -145,82 +147,65 @@ def _order(cls: _Class) -> tuple:
     return (ratio, cls.offer.hardware_class)
 
 
-def _fewest_meeting(cls: _Class, residual: Fraction, limit: int) -> int | None:
-    """Fewest replicas of `cls` in [low, limit] whose capacity covers `residual`; None if none does."""
-    if residual <= 0:
-        return cls.low
-    if not cls.c:
-        return None
-    need = math.ceil(residual / cls.c)
-    return max(cls.low, need) if need <= min(limit, cls.serving) else None
+def _key(classes: list[_Class], chosen: list[int], cost: Fraction, capacity: Fraction, running: dict[str, int]):
+    """The order of equally cheap placements (module doc): fewer replicas, fewer changes, more capacity, name."""
+    names = [cls.offer.hardware_class for cls in classes]
+    changes = sum(abs(n - running.get(name, 0)) for name, n in zip(names, chosen))
+    by_name = tuple(n for _, n in sorted(zip(names, chosen)))
+    return (cost, sum(chosen), changes, -capacity, by_name)
 
 
-def _relaxation(classes: list[_Class], residual: Fraction) -> Fraction | None:
-    """Least cost of covering `residual` with fractional replicas above the minimums (classes in
-    price-per-capacity order): a lower bound of every integer completion; None if none covers it."""
-    cost = Fraction(0)
-    for cls in classes:
-        if residual <= 0:
-            return cost
-        room = cls.capacity(cls.high) - cls.capacity(cls.low)
-        if room <= 0:
-            continue
-        take = min(room, residual)
-        cost += cls.p * take / cls.c
-        residual -= take
-    return cost if residual <= 0 else None
+def _floors(classes: list[_Class]) -> list[Fraction | None]:
+    """The capacity floors to solve for (module doc); [None] when no class's capacity is known."""
+    return sorted({cls.c for cls in classes if cls.c}) or [None]
+
+
+def _fill(classes: list[_Class], floor: Fraction | None, demand: Fraction, running: dict[str, int]) -> list[int] | None:
+    """The floor's least-cost replicas (module doc), in the order of `classes`; None if it cannot meet
+    the demand. No floor (no capacity known): the minimums, if the demand is none."""
+    chosen = [cls.low for cls in classes]
+    if floor is None:
+        return chosen if demand <= 0 else None
+    if any(min(cls.low, cls.serving) and 0 < cls.c < floor for cls in classes):
+        return None  # a slower class that must serve replicas would take D / N over its capacity
+    allowed = [i for i, cls in enumerate(classes) if cls.c >= floor]
+    need = math.ceil(demand / floor) - sum(int(min(classes[i].low, classes[i].serving)) for i in allowed)
+    names = [cls.offer.hardware_class for cls in classes]
+    while need > 0:
+        room = [i for i in allowed if chosen[i] < classes[i].high and chosen[i] < classes[i].serving]
+        if not room:
+            return None
+        i = min(room, key=lambda i: (classes[i].p, chosen[i] >= running.get(names[i], 0), names[i]))
+        chosen[i] += 1
+        need -= 1
+    return chosen
 
 
 def _solve(classes: list[_Class], demand: Fraction, running: dict[str, int]) -> list[int] | None:
-    """The optimal replicas (in the order of `classes`, sorted by price per capacity), or None
-    when the demand cannot be met."""
-    k = len(classes)
-    if k == 0:
-        return [] if demand <= 0 else None
-    best: list = [None, None]  # [key, replicas]
-    min_capacity_after = [Fraction(0)] * (k + 1)
-    min_cost_after = [Fraction(0)] * (k + 1)
-    for i in range(k - 1, -1, -1):
-        min_capacity_after[i] = min_capacity_after[i + 1] + classes[i].capacity(classes[i].low)
-        min_cost_after[i] = min_cost_after[i + 1] + classes[i].p * classes[i].low
-    names = [cls.offer.hardware_class for cls in classes]
-    by_name = sorted(range(k), key=lambda i: names[i])
+    """The optimal replicas under the Service's even spread (in the order of `classes`), or None
+    when no floor meets the demand."""
+    best: tuple | None = None
+    for floor in _floors(classes):
+        chosen = _fill(classes, floor, demand, running)
+        if chosen is None:
+            continue
+        key = _key(classes, chosen, _cost(classes, chosen), _figures(classes, chosen)[0], running)
+        if best is None or key < best[0]:
+            best = (key, chosen)
+    return None if best is None else best[1]
 
-    def consider(chosen: list[int], cost: Fraction) -> None:
-        changes = sum(abs(n - running.get(names[i], 0)) for i, n in enumerate(chosen))
-        capacity = sum((cls.capacity(n) for cls, n in zip(classes, chosen)), Fraction(0))
-        key = (cost, sum(chosen), changes, -capacity, tuple(chosen[i] for i in by_name))
-        if best[0] is None or key < best[0]:
-            best[0], best[1] = key, list(chosen)
 
-    def search(i: int, chosen: list[int], cost: Fraction, covered: Fraction) -> None:
-        cls = classes[i]
-        if i == k - 1:
-            n = _fewest_meeting(cls, demand - covered, cls.high)
-            if n is not None:
-                consider([*chosen, n], cost + cls.p * n)
-            return
-        residual_after_minimums = demand - covered - min_capacity_after[i + 1]
-        limit = cls.high
-        if cls.c:
-            limit = min(limit, max(cls.low, math.ceil(max(residual_after_minimums, 0) / cls.c)))
-        else:
-            limit = cls.low
-        # Most replicas first: the first placement found is the greedy one, a close bound. Below
-        # `limit` the bound only grows as n falls (what a replica of this class saves the
-        # relaxation is at least its price: the classes after it cost as much or more per
-        # capacity), so once it is over the best cost, or infeasible, no smaller n can do better.
-        for n in range(limit, cls.low - 1, -1):
-            cost_n, covered_n = cost + cls.p * n, covered + cls.capacity(n)
-            rest = _relaxation(classes[i + 1 :], demand - covered_n - min_capacity_after[i + 1])
-            if rest is None or (best[0] is not None and cost_n + min_cost_after[i + 1] + rest > best[0][0]):
-                if n < limit:
-                    break
-                continue
-            search(i + 1, [*chosen, n], cost_n, covered_n)
-
-    search(0, [], Fraction(0), Fraction(0))
-    return best[1]
+def _most_capacity(classes: list[_Class]) -> list[int]:
+    """No placement meets the demand: the one that sustains the most under the even spread, every
+    class at or above a floor as many replicas as can serve, the rest at their minimum."""
+    options = []
+    for floor in _floors(classes):
+        chosen = [
+            max(cls.low, int(min(cls.high, cls.serving))) if floor is not None and cls.c >= floor else cls.low
+            for cls in classes
+        ]
+        options.append((-_figures(classes, chosen)[0], sum(chosen), chosen))
+    return min(options)[2]
 
 
 def _one_replica(classes: list[_Class]) -> list[int]:
@@ -234,9 +219,14 @@ def _one_replica(classes: list[_Class]) -> list[int]:
 
 
 def _figures(classes: list[_Class], replicas: list[int]) -> tuple[Fraction, dict[str, float]]:
-    capacities = [cls.capacity(n) for cls, n in zip(classes, replicas)]
-    total = sum(capacities, Fraction(0))
-    shares = {cls.offer.hardware_class: float(c / total) if total else 0.0 for cls, c in zip(classes, capacities)}
+    """What the placement sustains under the even spread (the slowest used known capacity times the
+    replicas of known capacity that serve), and each class's share of the load (of its serving pods)."""
+    serving = [int(min(n, cls.serving)) for cls, n in zip(classes, replicas)]
+    used = [cls.c for cls, n in zip(classes, serving) if n and cls.c]
+    known = sum(n for cls, n in zip(classes, serving) if cls.c)
+    total = min(used) * known if used else Fraction(0)
+    pods = sum(serving)
+    shares = {cls.offer.hardware_class: n / pods if pods else 0.0 for cls, n in zip(classes, serving)}
     return total, shares
 
 
@@ -251,8 +241,12 @@ def _describe(classes: list[_Class], replicas: list[int], priced: bool) -> str:
     return ", ".join(parts)
 
 
-def place(offers: list[ClassOffer], demand: float) -> Placement:
-    """Replicas per class meeting `demand` (requests/s) at the least cost per hour; see the module doc."""
+def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0) -> Placement:
+    """Replicas per class meeting `demand` (requests/s) at the least cost per hour; see the module doc.
+
+    `keep_within`: what runs (each class's `running`, within its bounds) is kept while it meets the
+    demand and costs at most this fraction more than the least cost, so that two placements of about
+    the same cost, between which noisy capacity figures would flip, do not take turns."""
     unpriced = sorted(o.hardware_class for o in offers if o.price is None)
     priced = not unpriced
     classes = sorted(_prepare(offers, priced, pool_limits=True), key=_order)
@@ -262,11 +256,14 @@ def place(offers: list[ClassOffer], demand: float) -> Placement:
         chosen = _one_replica(classes)
     else:
         chosen = _solve(classes, wanted, running)
-    if chosen is None:  # the most capacity there is; a class of no capacity adds none: its minimum
-        chosen = [max(cls.low, int(min(cls.high, cls.serving))) if cls.c else cls.low for cls in classes]
+    if chosen is None:
+        chosen = _most_capacity(classes)
+    least = _cost(classes, chosen)
+    kept = _kept(classes, chosen, wanted, keep_within) if priced else None
+    chosen = kept or chosen
     capacity, shares = _figures(classes, chosen)
     shortfall = max(Fraction(max(demand, 0.0)) - capacity, Fraction(0))
-    cost = sum((cls.p * n for cls, n in zip(classes, chosen)), Fraction(0)) if priced else None
+    cost = _cost(classes, chosen) if priced else None
     spills = _spills(offers, classes, chosen, wanted, priced, running)
     arithmetic = _describe(classes, chosen, priced)
     if shortfall > 0:
@@ -277,7 +274,9 @@ def place(offers: list[ClassOffer], demand: float) -> Placement:
         )
     elif priced:
         reason = LEAST_COST
-        message = f"{demand:g} req/s at the least cost, {float(cost):g}/h: {arithmetic} = {float(capacity):.4g} req/s"
+        how = f"as it runs, {float(cost):g}/h, within {keep_within:.0%} of the least cost, {float(least):g}/h"
+        how = how if kept else f"at the least cost, {float(cost):g}/h"
+        message = f"{demand:g} req/s {how}: {arithmetic} = {float(capacity):.4g} req/s"
     else:
         reason = FEWEST_REPLICAS
         message = (
@@ -296,6 +295,23 @@ def place(offers: list[ClassOffer], demand: float) -> Placement:
         cost_per_hour=None if cost is None else float(cost),
         shares=shares,
         spills=spills,
+    )
+
+
+def _cost(classes: list[_Class], replicas: list[int]) -> Fraction:
+    return sum((cls.p * n for cls, n in zip(classes, replicas)), Fraction(0))
+
+
+def _kept(classes: list[_Class], chosen: list[int], demand: Fraction, keep_within: float) -> list[int] | None:
+    """The replicas running now (within bounds), when they differ from `chosen` (the least-cost placement
+    that meets the demand) but meet it too at no more than `keep_within` above its cost; else None."""
+    current = [max(cls.low, min(cls.offer.running, cls.high)) for cls in classes]
+    if not keep_within or current == chosen or _figures(classes, chosen)[0] < demand:
+        return None
+
+    meets = _figures(classes, current)[0] >= demand > 0
+    return (
+        current if meets and _cost(classes, current) <= _cost(classes, chosen) * (1 + Fraction(keep_within)) else None
     )
 
 
