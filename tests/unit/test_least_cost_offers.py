@@ -84,13 +84,24 @@ def test_settings_the_compile_did_not_simulate_fall_back_to_the_benchmark_projec
 def test_the_observed_capacity_is_projected_from_the_newest_settled_loaded_observation():
     # 4 replicas carrying 200/s with 2 instance-seconds/s busy (u 0.5), 10 ms per request, p95 20 ms:
     # the queueing factor learned is (20 - 10) / (10 * 0.5 / 0.5) = 1; at 30 ms target u = 2/3
-    loaded = Sample(100.0, 20.0, 4, rate=200.0, busy=2.0, service_ms=10.0)
+    # the load steady for the minute Triton's summary remembers: one sample each 10 s
+    loaded = [Sample(40.0 + 10 * i, 20.0, 4, rate=200.0 + i, busy=2.0, service_ms=10.0) for i in range(7)]
     quiet = Sample(110.0, 11.0, 4, rate=20.0, busy=0.2, service_ms=10.0)  # u 0.05: says little of load
-    observed = capacity.observed([loaded, quiet], 30.0, None, instances=1)
-    assert observed == pytest.approx((2 / 3) * 200 / 2.0)  # 66.7/s a replica
+    observed = capacity.observed([*loaded, quiet], 30.0, None, instances=1)
+    assert observed == pytest.approx((2 / 3) * 206 / 2.0)  # 68.7/s a replica, from the newest loaded one
     assert capacity.observed([quiet], 30.0, None, instances=1) is None
-    assert capacity.observed([loaded], 30.0, last_scale_at=90.0, instances=1) is None  # within a minute of an action
-    assert capacity.observed([loaded], 8.0, None, instances=1) == 0  # the service time alone misses 8 ms
+    assert capacity.observed(loaded, 30.0, last_scale_at=45.0, instances=1) is None  # within a minute of an action
+    assert capacity.observed(loaded, 8.0, None, instances=1) == 0  # the service time alone misses 8 ms
+
+
+def test_no_observed_capacity_from_a_load_that_just_changed():
+    # A step: 50/s for a minute, then 200/s on the same 4 replicas. Triton's p95 still holds the queueing
+    # of the step (200 ms), which would teach a factor that makes a replica look a tenth of itself.
+    before = [Sample(10.0 * i, 12.0, 4, rate=50.0, busy=0.5, service_ms=10.0) for i in range(7)]
+    step = Sample(70.0, 200.0, 4, rate=200.0, busy=2.0, service_ms=10.0)
+    assert not capacity.steady([*before, step], step)
+    assert capacity.observed([*before, step], 30.0, None, instances=1) is None  # before: u 0.125, not loaded
+    assert capacity.steady(before, before[-1]) and not capacity.steady(before[:3], before[2])  # half a minute seen
 
 
 def test_the_observed_figure_once_there_is_one_is_the_one_counted_on():

@@ -302,7 +302,13 @@ def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on
     # 2 L4 replicas carry 100 req/s half busy at 10 ms a request, p95 20 ms: the queueing factor is 1, and
     # at 25 ms u = 0.6: a replica sustains 0.6 * 100 / 1.0 = 60 req/s, not the compile's 100
     cluster.serve(L4, 100, latency_ms=20.0, busy=1.0, service_ms=10.0)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    scaler = Scaler(object(), period=10)
+    observed, _ = cluster.reconcile(scaler)
+    status = observed.per_target[L4].slo_outcome.slo_status
+    assert status["capacitySource"] == "MeasuredAtCompile"  # one observation: the load's steadiness is not known
+    for _ in range(3):  # half the minute Triton's summary remembers, at a steady load
+        clock.at += 10
+        observed, replicas = cluster.reconcile(scaler)
     status = observed.per_target[L4].slo_outcome.slo_status
     assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
     assert (status["capacityObserved"], status["capacityMeasuredAtCompile"]) == (60.0, 100.0)
