@@ -10,7 +10,6 @@ e2e/bench_cost.py runs the step load under both policies and compares their cost
 """
 
 import threading
-import time
 
 import pytest
 from kubernetes import client
@@ -20,6 +19,8 @@ from tensorkiln.status.conditions import find
 from tensorkiln_local.cluster import cost_workload, localnodes
 from tensorkiln_local.cluster.cost_workload import NAME
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
+
+from .helpers import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.serving]
 FAST, CHEAP = (pool.name for pool in cost_workload.POOLS)
@@ -46,15 +47,6 @@ def targets(found: dict) -> dict[str, dict]:
     return {t["hardwareClass"]: t for t in found.get("status", {}).get("targets", [])}
 
 
-def wait_for(check, within: float, what: str):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(2)
-    raise AssertionError(f"not within {within:g} s: {what}")
-
-
 @pytest.mark.timeout(900)
 def test_least_cost_serves_a_low_load_on_the_cheap_node_alone_and_per_class_on_both(
     api, operator, namespace, second_node, tmp_path
@@ -77,7 +69,7 @@ def test_least_cost_serves_a_low_load_on_the_cheap_node_alone_and_per_class_on_b
             )
 
         # 8 req/s fits one cheap replica (16 counted): the fast class goes to 0 once its scale-down window passed
-        found = wait_for(placed_on_cheap_alone, 240, "the fast class scaled to 0, the cheap one serving")
+        found = wait_for(placed_on_cheap_alone, 240, 2, "the fast class scaled to 0, the cheap one serving")
         fast, cheap = (targets(found)[c]["slo"] for c in (FAST, CHEAP))
         context = f"fast {fast}; cheap {cheap}"
         assert (fast["replicaPricePerHour"], cheap["replicaPricePerHour"]) == (0.5, 0.1), context
@@ -104,7 +96,7 @@ def test_least_cost_serves_a_low_load_on_the_cheap_node_alone_and_per_class_on_b
             rates = [by_class.get(c, {}).get("slo", {}).get("requestRate", 0) for c in (FAST, CHEAP)]
             return rates if all(r >= 2.5 for r in rates) else None  # even spread: about 4 req/s each
 
-        rates = wait_for(both_serve, 240, "both classes serving about half the load under PerClass")
+        rates = wait_for(both_serve, 240, 2, "both classes serving about half the load under PerClass")
         assert sum(rates) == pytest.approx(8, rel=0.3), rates
     finally:
         load.stop()

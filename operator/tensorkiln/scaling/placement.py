@@ -126,9 +126,6 @@ class _Class:
     high: int  # replicas worth placing: max(low, min(max, fits))
     serving: float  # replicas that serve: min(n, fits)
 
-    def capacity(self, n: int) -> Fraction:
-        return self.c * int(min(n, self.serving))
-
 
 def _prepare(offers: list[ClassOffer], priced: bool, pool_limits: bool) -> list[_Class]:
     classes = []
@@ -308,7 +305,6 @@ def _kept(classes: list[_Class], chosen: list[int], demand: Fraction, keep_withi
     current = [max(cls.low, min(cls.offer.running, cls.high)) for cls in classes]
     if not keep_within or current == chosen or _figures(classes, chosen)[0] < demand:
         return None
-
     meets = _figures(classes, current)[0] >= demand > 0
     return (
         current if meets and _cost(classes, current) <= _cost(classes, chosen) * (1 + Fraction(keep_within)) else None
