@@ -28,6 +28,11 @@ class Settings:
     # How often the SLO scaler evaluates each model with spec.slo.mode Operator (its own schedule,
     # whatever else makes the model reconcile).
     slo_period_seconds: float = 10.0
+    # The short rate window the SLO scaler also reads the request rate over (the larger of it and the
+    # 30 s one counts, as Knative's panic window does), so a load step is sized for, and under LeastCost
+    # placed, within seconds; at least two Prometheus scrape intervals, or it reads nothing and the
+    # 30 s window alone counts.
+    slo_recent_rate_window: str = "10s"
     # Reconciles running at once (threads taking objects from the work queue).
     reconcile_workers: int = 4
     # Port of the operator's Prometheus /metrics (0: not served).
@@ -76,6 +81,7 @@ class Settings:
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS") or cls.resync_seconds),
             slo_period_seconds=float(os.environ.get("TENSORKILN_SLO_PERIOD_SECONDS") or cls.slo_period_seconds),
+            slo_recent_rate_window=os.environ.get("TENSORKILN_SLO_RECENT_RATE_WINDOW") or cls.slo_recent_rate_window,
             reconcile_workers=int(os.environ.get("TENSORKILN_RECONCILE_WORKERS") or cls.reconcile_workers),
             metrics_port=int(os.environ.get("TENSORKILN_METRICS_PORT", cls.metrics_port)),
             health_port=int(os.environ.get("TENSORKILN_HEALTH_PORT", cls.health_port)),

@@ -9,7 +9,7 @@ or a busy one.
 """
 
 import pytest
-from tensorkiln.scaling.evaluation import report
+from tensorkiln.scaling.evaluation import report, violation_seconds
 from tensorkiln.serving.loadgen import run_step_load
 from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 
@@ -28,19 +28,26 @@ def step_load(api, operator, namespace, workload: Workload, tmp_path, ready_with
     server = triton_latency(api, namespace, deployment, workload)
     requests, points = run_step_load(api, namespace, workload.name, deployment, workload.inputs(), phases, 0, server)
     slo = prepared.workload.slo
-    reports, _ = report(phases, requests, points, slo["targetMilliseconds"], slo["percentile"], source=source)
+    reports, series = report(phases, requests, points, slo["targetMilliseconds"], slo["percentile"], source=source)
     events = [f"{e.reason}: {e.message}" for e in scale_events(api, namespace, workload.name)]
-    return reports, events, points
+    late = violation_seconds(series, slo["targetMilliseconds"], 1.0, reports[1].end_s - LATE_S, reports[1].end_s)
+    return reports, events, points, late
 
 
-def assert_scaled_to_the_slo(reports, events, most_replicas: int, restore_within: float):
+# The step's last minute: after scaling out, the SLO holds there but for one transient at most. The
+# clients' latency is over a 10 s sliding window, so one spike (a pod starting or going on the 2
+# shared CPUs) reads as up to 10 violated seconds: CI once saw 38 s violated in all, the end included.
+LATE_S, TRANSIENT_S = 60.0, 10.0
+
+
+def assert_scaled_to_the_slo(reports, events, late: float, most_replicas: int, restore_within: float):
     low, high, back = reports
-    context = f"{[(r.name, r.replicas, r.violation_s, r.restore_s) for r in reports]}; events {events}"
-    # The step is met by scaling out: the SLO is violated for a bounded time and holds at the phase's
-    # end. (Bounding the violated seconds, not the last violation: clients' latency on 2 shared CPUs
-    # has transient spikes, e.g. a pod starting, that reset "restored since" late in a quiet run.)
+    context = f"{[(r.name, r.replicas, r.violation_s, r.restore_s) for r in reports]}, late {late}; events {events}"
+    # The step is met by scaling out: the SLO is violated for a bounded time and holds through the
+    # phase's last minute. (Bounding the violated seconds, not the last violation: clients' latency on
+    # 2 shared CPUs has transient spikes that reset "restored since" late in a quiet run.)
     assert max(high.replicas) >= most_replicas, context
-    assert high.restore_s is not None and high.violation_s <= restore_within, context
+    assert high.violation_s <= restore_within and late <= TRANSIENT_S, context
     # After the load drops, replicas come down after the stabilisation window, and the SLO holds.
     assert back.replicas[-1] < max(high.replicas), context
     assert back.restore_s is not None, context
@@ -50,17 +57,21 @@ def assert_scaled_to_the_slo(reports, events, most_replicas: int, restore_within
 
 
 def test_simulated_gpu_engine_scales_out_to_the_step_and_back(api, operator, namespace, tmp_path, measured):
-    reports, events, _ = step_load(
+    reports, events, _, late = step_load(
         api, operator, namespace, SIMULATED, tmp_path, ready_within=180, source="client", measured=measured
     )
-    assert_scaled_to_the_slo(reports, events, most_replicas=5, restore_within=90)
+    figures = [(r.name, r.replicas, r.violation_s, r.restore_s) for r in reports]
+    measured(
+        f"{SIMULATED.name}: (phase, replicas, violated s, restored after s): {figures}; step's last minute {late:g} s violated"
+    )
+    assert_scaled_to_the_slo(reports, events, late, most_replicas=5, restore_within=90)
 
 
 @pytest.mark.timeout(1500)  # compile, capacity ramp, Triton's window draining, then the 345 s step load
 def test_real_detector_scales_from_one_to_two_replicas_and_back(api, operator, namespace, tmp_path, measured):
     # Judged on the latency Triton reports, the SLO's definition: each request carries a 2.7 MB
     # image, and the clients' own time on the 2 shared CPUs is not the server's to meet.
-    reports, events, points = step_load(
+    reports, events, points, _ = step_load(
         api, operator, namespace, DETECTOR, tmp_path, ready_within=900, source="server", measured=measured
     )
     low, high, back = reports

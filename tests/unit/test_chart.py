@@ -535,3 +535,9 @@ def test_file_sources_are_refused_unless_roots_are_given(helm, monkeypatch):
     docs = render({"modelFileRoots": ["/var/lib/models", "/srv/onnx"]})
     assert _operator_settings(monkeypatch, docs).model_file_roots == ("/var/lib/models", "/srv/onnx")
     assert "modelFileRoots" in refused(helm, {"modelFileRoots": ["relative/path"]})
+
+
+def test_the_scalers_recent_rate_window_is_a_chart_value(helm, monkeypatch):
+    assert _operator_settings(monkeypatch, render()).slo_recent_rate_window == "10s"
+    assert _operator_settings(monkeypatch, render({"sloRecentRateWindow": "1m"})).slo_recent_rate_window == "1m"
+    assert "sloRecentRateWindow" in refused(helm, {"sloRecentRateWindow": "ten seconds"})

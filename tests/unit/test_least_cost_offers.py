@@ -8,7 +8,7 @@ from tensorkiln.hardware import pools
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.manifest import BatcherSetting, Benchmark, ServingTuning, SimulatedLoad
 from tensorkiln.scaling import capacity
-from tensorkiln.scaling.decision import Sample
+from tensorkiln.scaling.decision import Sample, steady
 
 from .test_serving_builders import manifest
 
@@ -99,9 +99,9 @@ def test_no_observed_capacity_from_a_load_that_just_changed():
     # of the step (200 ms), which would teach a factor that makes a replica look a tenth of itself.
     before = [Sample(10.0 * i, 12.0, 4, rate=50.0, busy=0.5, service_ms=10.0) for i in range(7)]
     step = Sample(70.0, 200.0, 4, rate=200.0, busy=2.0, service_ms=10.0)
-    assert not capacity.steady([*before, step], step)
+    assert not steady([*before, step], step)
     assert capacity.observed([*before, step], 30.0, None, instances=1) is None  # before: u 0.125, not loaded
-    assert capacity.steady(before, before[-1]) and not capacity.steady(before[:3], before[2])  # half a minute seen
+    assert steady(before, before[-1]) and not steady(before[:3], before[2])  # half a minute seen
 
 
 def test_the_observed_figure_once_there_is_one_is_the_one_counted_on():

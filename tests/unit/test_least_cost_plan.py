@@ -133,10 +133,11 @@ class Cluster:
         self.state = ReadsCounted(filled(*objects, *pods))
         self.state._manifests = {}
 
-    def serve(self, cls, rate, latency_ms=10.0, busy=None, service_ms=None):
+    def serve(self, cls, rate, latency_ms=10.0, busy=None, service_ms=None, recent_rate=None):
         self.figures[cls] = Observation(
-            latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.0, request_rate=rate, failure_rate=0.0,
-            pending=0.0, batch_size=1.0, service_ms=service_ms, busy=busy, ready_pods=1, at=datetime.now(UTC),
+            latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.0, request_rate=rate,
+            recent_request_rate=recent_rate, failure_rate=0.0, pending=0.0, batch_size=1.0, service_ms=service_ms,
+            busy=busy, ready_pods=1, at=datetime.now(UTC),
         )  # fmt: skip
 
     def reconcile(self, scaler):
@@ -169,7 +170,7 @@ def clock(monkeypatch):
 def prometheus(monkeypatch):
     clusters = []
 
-    def observe(prometheus, namespace, model, hardware_class, percentile):
+    def observe(prometheus, namespace, model, hardware_class, percentile, recent_window):
         return clusters[-1].figures.get(hardware_class)
 
     monkeypatch.setattr(scaler_module, "observe", observe)
@@ -294,6 +295,19 @@ def test_unused_class_at_zero_replicas_is_not_waited_for(tmp_path, clock, promet
     assert (status["phase"], ready["status"]) == ("Ready", "True")
     assert ready["message"] == f"Triton serves on 1 targets ({A100} unused by the least-cost placement)"
     assert status["costPerHour"] == 1.6
+
+
+def test_a_step_is_placed_from_the_recent_window_before_the_rate_window_rises_to_it(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
+    prometheus.append(cluster)
+    # 100 req/s until 5 s ago, 300 since: the 30 s window reads 133, the 10 s window 200
+    cluster.serve(L4, 133.3, recent_rate=200.0)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert observed.least_cost.demand == 200.0 and replicas == {A100: 0, L4: 3}  # 3 x 80 counted
+    cluster.serve(L4, 133.3, recent_rate=None)  # scraped too seldom for the recent window: the rate window
+    clock.at += 10
+    again, _ = cluster.reconcile(Scaler(object(), period=10))
+    assert again.least_cost.demand == 133.3
 
 
 def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on(tmp_path, clock, prometheus):

@@ -29,15 +29,16 @@ SIMULATED = HardwareClass(name="l4", kind="GPU", product="L4", node_selector={},
 
 def observation(latency_ms, rate=100.0):
     return SimpleNamespace(
-        latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.5, request_rate=rate, busy=None, service_ms=None
-    )
+        latency_ms=latency_ms, latency_source="summary-p95", queue_ms=1.5, request_rate=rate, busy=None, service_ms=None,
+        recent_request_rate=rate,
+    )  # fmt: skip
 
 
 @pytest.fixture
 def metrics(monkeypatch):
     answers = []
 
-    def observe(prometheus, namespace, model, hardware_class, percentile):
+    def observe(prometheus, namespace, model, hardware_class, percentile, recent_window):
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer

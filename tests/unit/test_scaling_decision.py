@@ -89,16 +89,18 @@ def test_a_4x_load_step_is_met_within_two_decisions_and_steady_load_does_not_osc
 def test_projected_latency_grows_with_utilisation_from_the_service_time_floor():
     from tensorkiln.scaling.decision import projected_latency_ms, queueing_factor
 
-    # 4 replicas at 50% busy, 50 ms per request, p95 100 ms: the queueing factor is calibrated on this.
-    sample = Sample(0, 100.0, 4, rate=40, busy=2.0, service_ms=50.0)
-    factor = queueing_factor([sample], None)
+    # 4 replicas at 50% busy, 50 ms per request, p95 100 ms for a minute: the queueing factor is calibrated on this.
+    minute = [Sample(t, 100.0, 4, rate=40, busy=2.0, service_ms=50.0) for t in range(-60, 1, 10)]
+    sample = minute[-1]
+    factor = queueing_factor(minute, None)
     assert factor == pytest.approx(1.0)
     assert projected_latency_ms(sample, 4, factor) == pytest.approx(100.0)
     assert projected_latency_ms(sample, 3, factor) == pytest.approx(50 * (1 + 1.0 * (2 / 3) / (1 / 3)))  # 150 ms
     assert projected_latency_ms(sample, 2, factor) == float("inf")  # 100% busy: the queue grows without bound
     assert projected_latency_ms(Sample(0, 100.0, 4, rate=40), 3, factor) is None  # no busy time recorded
     # Within a minute after a scale action the summary is not settled: the default factor.
-    assert queueing_factor([sample], last_scale_at=-10) == 3.0
+    assert queueing_factor(minute, last_scale_at=-30) == 3.0  # and before it, half a minute was not seen
+    assert queueing_factor([sample], None) == 3.0  # nor before a minute of steady load was seen
 
 
 def test_the_service_time_floor_stops_a_scale_down_that_latency_alone_would_allow():
@@ -127,39 +129,41 @@ def wishes(*wanted, every_s=10, now=300):
 
 
 def test_a_placement_that_wants_more_scales_up_at_once_to_what_it_wants():
-    decision = follow_placement(wishes(2, 5), 2, 2, (0, 8), POLICY, None, 300, True)
+    decision = follow_placement(wishes(2, 5), 2, (0, 8), POLICY, None, 300, True)
     assert (decision.replicas, decision.reason) == (5, "ScaledUp")
     assert decision.message == "the least-cost placement wants 5: 2 -> 5"
-    from_zero = follow_placement(wishes(0, 1), 0, 0, (0, 8), POLICY, None, 300, None)  # an unused class taken up
+    from_zero = follow_placement(wishes(0, 1), 0, (0, 8), POLICY, None, 300, None)  # an unused class taken up
     assert (from_zero.replicas, from_zero.reason, from_zero.slo_met) == (1, "ScaledUp", None)
 
 
-def test_a_placement_scale_up_waits_for_the_window_the_cooldown_and_the_new_pods():
+def test_a_placement_scale_up_waits_for_the_window_but_not_for_a_cooldown_or_new_pods():
     windowed = Policy(**{**POLICY.__dict__, "scale_up_stabilization_s": 30})
-    assert follow_placement(wishes(2, 5, 5), 2, 2, (0, 8), windowed, None, 300, True).reason == "StabilizingUp"
-    assert follow_placement(wishes(5, 5, 5, 5), 2, 2, (0, 8), windowed, None, 300, True).replicas == 5
-    assert follow_placement(wishes(5), 2, 2, (0, 8), POLICY, 290, 300, True).reason == "WaitingForReplicas"
-    assert follow_placement(wishes(5), 3, 2, (0, 8), POLICY, None, 300, True).reason == "WaitingForReplicas"
+    assert follow_placement(wishes(2, 5, 5), 2, (0, 8), windowed, None, 300, True).reason == "StabilizingUp"
+    assert follow_placement(wishes(5, 5, 5, 5), 2, (0, 8), windowed, None, 300, True).replicas == 5
+    # 10 s after 2 -> 3, the 3rd pod still starting, the rate asks for 5: the placement goes by the rate,
+    # which the starting pod does not change, so there is no reading to wait for.
+    again = follow_placement(wishes(3, 5), 3, (0, 8), POLICY, 290, 300, True)
+    assert (again.replicas, again.reason) == (5, "ScaledUp")
 
 
 def test_a_placement_that_wants_fewer_scales_down_one_replica_once_the_whole_window_did():
     # POLICY's scale-down window: 60 s, observed every 10 s
-    assert follow_placement(wishes(4, 4, 2, 2, 2, 2, 2), 4, 4, (0, 8), POLICY, None, 300, True).reason == (
+    assert follow_placement(wishes(4, 4, 2, 2, 2, 2, 2), 4, (0, 8), POLICY, None, 300, True).reason == (
         "StabilizingDown"
     )
-    down = follow_placement(wishes(4, 2, 2, 2, 2, 2, 2, 2), 4, 4, (0, 8), POLICY, None, 300, True)
+    down = follow_placement(wishes(4, 2, 2, 2, 2, 2, 2, 2), 4, (0, 8), POLICY, None, 300, True)
     assert (down.replicas, down.reason) == (3, "ScaledDown")  # one at a time, however far it wants to go
     assert down.message == "for 60s the least-cost placement wanted at most 2: 4 -> 3"
-    assert follow_placement(wishes(2, 2), 4, 4, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"  # unseen
-    recent = follow_placement(wishes(*[2] * 8), 4, 4, (0, 8), POLICY, 250, 300, True)  # acted 50 s ago
+    assert follow_placement(wishes(2, 2), 4, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"  # unseen
+    recent = follow_placement(wishes(*[2] * 8), 4, (0, 8), POLICY, 250, 300, True)  # acted 50 s ago
     assert recent.reason == "StabilizingDown"
-    assert follow_placement(wishes(*[0] * 8), 1, 1, (0, 8), POLICY, None, 300, True).replicas == 0  # minReplicas 0
+    assert follow_placement(wishes(*[0] * 8), 1, (0, 8), POLICY, None, 300, True).replicas == 0  # minReplicas 0
 
 
 def test_a_placement_within_bounds_holds_and_bounds_apply_at_once():
-    held = follow_placement(wishes(3), 3, 3, (0, 8), POLICY, None, 300, False)
+    held = follow_placement(wishes(3), 3, (0, 8), POLICY, None, 300, False)
     assert (held.replicas, held.reason, held.slo_met) == (3, "Placed", False)
-    assert follow_placement(wishes(3), 9, 9, (0, 8), POLICY, None, 300, True).replicas == 8
+    assert follow_placement(wishes(3), 9, (0, 8), POLICY, None, 300, True).replicas == 8
 
 
 def test_the_scale_down_window_gate_is_the_one_decide_uses():
@@ -167,3 +171,47 @@ def test_the_scale_down_window_gate_is_the_one_decide_uses():
     assert scale_down_window(samples, POLICY, None, 300) == samples[-7:]
     assert scale_down_window(samples, POLICY, 290, 300) is None  # cooling
     assert scale_down_window(samples[-3:], POLICY, None, 300) is None  # the window is not observed from its start
+
+
+def test_a_factor_learned_from_a_steps_queue_does_not_send_the_replicas_to_the_maximum():
+    """CI, simulated engine: 60/s on 4 replicas of 50 ms while Triton's p95 still held the queue of the
+    step (900 ms at u 0.75); a factor learned there (capped at 10) projected no count under 200 ms and
+    the next decision went to the maximum, 8. Learned only after a steady minute: the default, and 6."""
+    policy = Policy(target_ms=200, percentile="p95", min_replicas=2, max_replicas=8)
+    step = [Sample(t, 900.0, 4, rate=40 + t, busy=0.75 * 4, service_ms=50.0) for t in range(0, 21, 5)]
+    five = [*step, Sample(60, 1672.0, 5, rate=60, busy=3.0, service_ms=50.0)]
+    decision = decide(five, 5, 5, policy, 35, 60)
+    assert (decision.replicas, decision.reason) == (6, "ScaledUp"), decision
+
+
+def test_within_a_minute_of_a_scale_up_the_stale_summary_is_held_while_busy_time_says_the_replicas_meet_it():
+    """20 s after 3 -> 6, Triton's minute still holds the step's queue (1650 ms), but 60/s of 50 ms on 6
+    replicas is half busy, projected at the target: adding one each cooldown would go on for the minute."""
+    policy = Policy(target_ms=200, percentile="p95", min_replicas=2, max_replicas=8)
+    stale = [Sample(0, 1650.0, 6, rate=60, busy=3.0, service_ms=50.0)]
+    held = decide(stale, 6, 6, policy, -20, 0)
+    assert (held.replicas, held.reason, held.slo_met) == (6, "WaitingForSummary", False)
+    assert "busy time projects 200 ms on 6: holding" in held.message
+    # A minute on, the summary is the present: the latency ratio, 2x at most (here past the maximum)
+    assert (
+        decide(stale, 6, 6, policy, -70, 0).reason
+        == decide(stale, 6, 6, policy, None, 0).reason
+        == ("MaxReplicasReached")
+    )
+
+
+def test_a_step_is_sized_by_the_latency_ratio_then_by_the_recent_windows_load():
+    """15 -> 60 req/s of 50 ms on 2 replicas. The first reading of the step: the 30 s window's rate and
+    busy time hold a fraction of it (3 replicas would look enough), but Triton's summary holds no older
+    scale action: the ratio's 2x stands. 25 s after 2 -> 4 the summary still shows the saturated past;
+    busy time over 30 s holds half the step (4 look enough: hold), the recent window all of it (6)."""
+    policy = Policy(target_ms=200, percentile="p95", min_replicas=2, max_replicas=8)
+    low = [Sample(t, 70.0, 2, rate=15, busy=0.75, service_ms=50.0, recent_rate=15) for t in range(0, 61, 10)]
+    first = Sample(65, 900.0, 2, rate=22, busy=1.1, service_ms=50.0, recent_rate=35)
+    assert decide([*low, first], 2, 2, policy, None, 65).replicas == 4
+    rising = Sample(90, 1600.0, 4, rate=40, busy=2.0, service_ms=50.0, recent_rate=80)
+    decision = decide([*low, first, rising], 4, 4, policy, 65, 90)
+    assert (decision.replicas, decision.reason) == (6, "ScaledUp"), decision
+    assert rising.rising == 2 and low[-1].rising == 1 and Sample(0, 1, 1, rate=30).rising == 1
+    unseen = Sample(90, 1600.0, 4, rate=40, busy=2.0, service_ms=50.0)  # no recent window: 30 s alone
+    assert decide([*low, first, unseen], 4, 4, policy, 65, 90).reason == "WaitingForSummary"

@@ -44,6 +44,7 @@ def test_queries_for_a_target():
         "latency_mean_ms": 'sum(rate(nv_inference_request_duration_us{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / sum(rate(nv_inference_request_success{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / 1000',
         "queue_ms": 'max(nv_inference_queue_summary_us{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512",quantile="0.95"}) / 1000',
         "request_rate": 'sum(rate(nv_inference_request_success{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
+        "recent_request_rate": 'sum(rate(nv_inference_request_success{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[10s]))',
         "failure_rate": 'sum(rate(nv_inference_request_failure{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
         "pending": 'sum(nv_inference_pending_request_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"})',
         "batch_size": 'sum(rate(nv_inference_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s])) / sum(rate(nv_inference_exec_count{model="ocr-cls.v2",namespace="serving",hardware_class="cpu-amd64-intel-avx512"}[30s]))',
@@ -55,9 +56,10 @@ def test_queries_for_a_target():
 
 @pytest.mark.parametrize(("percentile", "quantile"), [("p50", "0.5"), ("p90", "0.9"), ("p95", "0.95"), ("p99", "0.99")])
 def test_percentile_picks_the_summary_quantile_and_window_the_rates(percentile, quantile):
-    promql = queries("ns", "m", "hc", percentile, window="2m")
+    promql = queries("ns", "m", "hc", percentile, window="2m", recent_window="20s")
     assert f'quantile="{quantile}"' in promql["latency_ms"] and f'quantile="{quantile}"' in promql["queue_ms"]
     assert all("[2m]" in promql[figure] for figure in ("latency_mean_ms", "request_rate", "failure_rate", "batch_size"))
+    assert "[20s]" in promql["recent_request_rate"]
 
 
 def test_label_values_are_quoted_and_escaped_never_matched_as_regexes():
@@ -73,6 +75,7 @@ def test_busy_target_latency_from_the_worst_pods_summary():
     assert seen.latency_ms == prom.value("latency_ms") > 0
     assert seen.queue_ms == prom.value("queue_ms")
     assert seen.request_rate == prom.value("request_rate") > 0 and seen.failure_rate == 0
+    assert seen.recent_request_rate == prom.value("recent_request_rate") > 0  # 8 clients for 10 s and more
     assert seen.batch_size == prom.value("batch_size") > 1
     # One instance: executing at most all the time (the rest is the server's own per-request work).
     assert 0 < seen.busy == prom.value("busy") <= 1.05 and seen.service_ms == prom.value("service_ms") > 0

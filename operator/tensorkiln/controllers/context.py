@@ -34,7 +34,9 @@ class OperatorContext:
         self.identity = identity  # this operator's entry in it
         self.state = ClusterState(api, cache)
         prometheus = metrics.connect(settings.prometheus_url) if settings.prometheus_url else None
-        self.scaler = Scaler(prometheus, period=settings.slo_period_seconds)
+        self.scaler = Scaler(
+            prometheus, period=settings.slo_period_seconds, recent_window=settings.slo_recent_rate_window
+        )
         self._registry: Registry | None = None
         self._registry_lock = threading.Lock()
 

@@ -97,8 +97,9 @@ def _parse_time(value: str | None) -> float | None:
 
 
 class Scaler:
-    def __init__(self, prometheus, period: float = 0.0):
+    def __init__(self, prometheus, period: float = 0.0, recent_window: str = "10s"):
         self.prometheus = prometheus  # a PrometheusConnect, or None when no URL is configured
+        self.recent_window = recent_window  # the short rate window: a load step shows there first
         # Each target is evaluated at most once a period; a reconcile in between (an owned
         # object's event) gets the last outcome, without its Events, which were posted already.
         self.period = period
@@ -157,7 +158,10 @@ class Scaler:
             return None, Outcome(hold, previous, (False, "NoPrometheus", "no Prometheus URL configured"), None)
         percentile = spec["slo"]["percentile"]
         try:
-            obs = observe(self.prometheus, meta["namespace"], meta["name"], target.name, percentile)
+            obs = observe(
+                self.prometheus, meta["namespace"], meta["name"], target.name, percentile,
+                recent_window=self.recent_window,
+            )  # fmt: skip
         except MetricsUnavailable as error:
             return None, Outcome(hold, previous, (False, "PrometheusUnavailable", f"{error}; holding replicas"), None)
         if obs is None:
@@ -168,7 +172,10 @@ class Scaler:
         """Record the observation in the target's history; returns the history, newest last."""
         # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
         latency = 0.0 if _idle(obs) else obs.latency_ms
-        sample = Sample(now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms)
+        sample = Sample(
+            now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms,
+            obs.recent_request_rate,
+        )  # fmt: skip
         return self._record(key, sample)
 
     def _last_scale_at(self, key: tuple[str, str, str], previous: dict) -> float | None:
@@ -267,7 +274,7 @@ class Scaler:
             name: class_offer(m.target, spec, m.manifest, self._samples(keys[name]), last_scale[name], m.pool)
             for name, m in by_name.items()
         }
-        demand = sum(obs.request_rate for obs in readings.values())
+        demand = sum(_demand(obs) for obs in readings.values())
         placement = place([o.offer for o in offers.values()], demand, KEEP_WITHIN)
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
@@ -275,7 +282,7 @@ class Scaler:
             obs = readings.get(name)
             met = None if obs is None else _idle(obs) or obs.latency_ms <= slo["targetMilliseconds"]
             decisions[name] = follow_placement(
-                wishes, m.rollout.replicas, m.rollout.ready_replicas, (slo["minReplicas"], slo["maxReplicas"]),
+                wishes, m.rollout.replicas, (slo["minReplicas"], slo["maxReplicas"]),
                 policy_of(spec, m.target, m.manifest), last_scale[name], now, met,
             )  # fmt: skip
             events[name], acted[name] = self._act(keys[name], decisions[name], m.rollout, now)
@@ -316,6 +323,13 @@ class Scaler:
         if short and not before[1]:
             events.append(("Warning", INSUFFICIENT_CAPACITY, placement.message))
         return tuple(events)
+
+
+def _demand(obs: Observation) -> float:
+    """A target's request rate to place: the larger of the rate window's and the recent window's. A step
+    shows in the recent window within seconds, where the 30 s one would take half a minute to rise to
+    it; a drop shows at once too, but fewer replicas wait for the scale-down window anyway."""
+    return max(obs.request_rate, obs.recent_request_rate or 0.0)
 
 
 def _idle(obs: Observation) -> bool:

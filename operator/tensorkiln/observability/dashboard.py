@@ -101,9 +101,10 @@ def _target_panels() -> list[dict]:
             "reqps",
             [
                 _target("request_rate", q["request_rate"], "succeeded"),
+                _target("recent_request_rate", q["recent_request_rate"], "succeeded, recent window"),
                 _target("failure_rate", q["failure_rate"], "failed"),
             ],
-            "Requests per second, all pods of the target.",
+            "Requests per second, all pods of the target; the recent window is what LeastCost places a step by.",
         ),
         _panel(
             f"{PERCENTILE} queue time",

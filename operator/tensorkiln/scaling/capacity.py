@@ -28,6 +28,7 @@ from tensorkiln.scaling.decision import (
     SUMMARY_MEMORY_S,
     Sample,
     queueing_factor,
+    steady,
     utilisation_at_target,
 )
 
@@ -104,28 +105,12 @@ def cpu_share(manifest: EngineManifest, cores: float | None) -> float:
     return min(1.0, cores / measured) if cores and measured else 1.0
 
 
-STEADY_RATE = 0.25  # a steady load: every rate within the summary's memory within this fraction of the last
-
-
-def steady(samples: list[Sample], sample: Sample) -> bool:
-    """Whether the load had been steady for Triton's summary memory up to `sample`: the samples of that
-    minute (half of it at least is observed) have its replica count and a rate within STEADY_RATE of its
-    own. Triton's p95 is over that minute, so after a change of load (a step the replicas have not caught
-    up with yet) it still holds the queueing of the change, and a queueing factor learned from it would
-    make the replica look a fraction of what it is."""
-    window = [s for s in samples if sample.at - SUMMARY_MEMORY_S <= s.at <= sample.at]
-    if not window or window[0].at > sample.at - SUMMARY_MEMORY_S / 2:
-        return False
-    return all(s.replicas == sample.replicas and abs(s.rate - sample.rate) <= STEADY_RATE * sample.rate for s in window)
-
-
 def observed(samples: list[Sample], target_ms: float, last_scale_at: float | None, instances: int) -> float | None:
     """Requests/s one replica sustains under `target_ms`, projected from the newest settled observation
     (none within a minute after a scale action, and none but after a minute of steady load: Triton's
     summary still mixes in the time before) with the replicas loaded; None when there is none."""
-    samples = [s for s in samples if steady(samples, s)]
     factor = queueing_factor(samples, last_scale_at, instances)
-    for sample in reversed(samples):
+    for sample in reversed([s for s in samples if steady(samples, s)]):
         if last_scale_at is not None and last_scale_at <= sample.at < last_scale_at + SUMMARY_MEMORY_S:
             continue
         if not sample.busy or not sample.service_ms or not sample.rate or not sample.replicas:

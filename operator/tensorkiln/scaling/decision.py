@@ -14,9 +14,10 @@ under target with one replica fewer, with headroom:
 Missing metrics never move replicas.
 
 Under spec.slo.placement LeastCost the replicas of each class follow the least-cost placement
-(scaling.placement) instead (`follow_placement`), under the same rules: up at once (after the
-scale-up window, the cooldown and the new pods), down one replica at a time once the whole
-scale-down window wanted fewer (`scale_down_window`, which `decide` uses too).
+(scaling.placement) instead (`follow_placement`): up at once (after the scale-up window; the
+placement goes by the request rate, so no cooldown for a latency reading to catch up), down one
+replica at a time once the whole scale-down window wanted fewer (`scale_down_window`, which
+`decide` uses too).
 """
 
 import math
@@ -47,6 +48,13 @@ class Sample:
     rate: float = 0.0  # requests per second the target served
     busy: float | None = None  # model-instance seconds per second spent executing, all pods
     service_ms: float | None = None  # execution time a request spends, queueing excluded
+    recent_rate: float | None = None  # the rate over the recent window: a step shows there first
+
+    @property
+    def rising(self) -> float:
+        """How much above the rate window's load the recent window's is (1 when not): busy time is over
+        the rate window, and half a minute after a step it holds half of the step."""
+        return max(self.recent_rate / self.rate, 1.0) if self.recent_rate and self.rate else 1.0
 
 
 @dataclass(frozen=True)
@@ -99,14 +107,30 @@ def _utilisation(sample: Sample, replicas: int, instances: int) -> float:
     return sample.busy / (replicas * instances)
 
 
+STEADY_RATE = 0.25  # a steady load: every rate within the summary's memory within this fraction of the last
+
+
+def steady(samples: list[Sample], sample: Sample) -> bool:
+    """Whether the load had been steady for Triton's summary memory up to `sample`: the samples of that
+    minute (half of it at least is observed) have its replica count and a rate within STEADY_RATE of its
+    own. Triton's p95 is over that minute, so after a change of load (a step the replicas have not caught
+    up with yet) it still holds the queueing of the change, and a queueing factor learned from it would
+    make a replica look a fraction of what it is."""
+    window = [s for s in samples if sample.at - SUMMARY_MEMORY_S <= s.at <= sample.at]
+    if not window or window[0].at > sample.at - SUMMARY_MEMORY_S / 2:
+        return False
+    return all(s.replicas == sample.replicas and abs(s.rate - sample.rate) <= STEADY_RATE * sample.rate for s in window)
+
+
 def queueing_factor(samples: list[Sample], last_scale_at: float | None, instances: int = 1) -> float:
     """How p95 latency grows with utilisation on this target: p95 = service * (1 + f * u / (1 - u)),
-    f learned from the newest settled observation. Observations within a minute after a scale
-    action are skipped: the summary still mixes in the latency from before it."""
+    f learned from the newest settled observation: one after a minute of steady load (`steady`), and
+    not within a minute after a scale action. The summary still mixes in the latency from before
+    either: learned from a step's queue, the factor would ask for several times the replicas needed."""
     for sample in reversed(samples):
         if last_scale_at is not None and last_scale_at <= sample.at < last_scale_at + SUMMARY_MEMORY_S:
             continue
-        if sample.busy is None or not sample.service_ms:
+        if sample.busy is None or not sample.service_ms or not steady(samples, sample):
             continue
         u, wait = _utilisation(sample, sample.replicas, instances), sample.latency_ms - sample.service_ms
         if 0.2 <= u < 0.9 and wait > 0:  # steady queueing; near saturation latency is not steady
@@ -115,10 +139,11 @@ def queueing_factor(samples: list[Sample], last_scale_at: float | None, instance
 
 
 def projected_latency_ms(sample: Sample, replicas: int, factor: float, instances: int = 1) -> float | None:
-    """p95 latency at the sample's load on `replicas` replicas; None without busy or service time."""
+    """p95 latency at the sample's load (the recent window's, where higher) on `replicas` replicas; None
+    without busy or service time."""
     if sample.busy is None or not sample.service_ms or replicas < 1:
         return None
-    u = _utilisation(sample, replicas, instances)
+    u = _utilisation(sample, replicas, instances) * sample.rising
     return math.inf if u >= 1 else sample.service_ms * (1 + factor * u / (1 - u))
 
 
@@ -163,17 +188,30 @@ def decide(
             return Decision(current, "StabilizingUp", "over target, within the scale-up stabilization window", False)
         if cooling or ready < current:
             return Decision(current, "WaitingForReplicas", f"{ready}/{current} ready; measuring before acting", False)
+        # Triton's summary remembers a minute, so after a scale-up it still shows the saturated
+        # past and overstates the need; busy time is fresh. Within that minute, hold while the
+        # replicas there are projected to meet the target, else take the fewest replicas projected
+        # to meet it, if fewer than the latency ratio asks for. Outside it the summary is the
+        # present (a queue building now), and the ratio stands: the first readings of a step hold
+        # only part of it in the rate and busy time, which would size the step short.
+        factor = queueing_factor(samples, last_scale_at, policy.instances)
+        now_projected = projected_latency_ms(latest, current, factor, policy.instances)
+        settling = last_scale_at is not None and now - last_scale_at < SUMMARY_MEMORY_S
+        if settling and now_projected is not None and now_projected <= policy.target_ms:
+            return Decision(
+                current, "WaitingForSummary",
+                f"{policy.percentile} {latest.latency_ms:.1f} ms > {policy.target_ms:g} ms target is Triton's minute"
+                f" from before the last scale action; busy time projects {now_projected:.0f} ms on {current}: holding",
+                False,
+            )  # fmt: skip
         wanted = math.ceil(current * latest.latency_ms / policy.target_ms)
         wanted = min(max(wanted, current + 1), math.ceil(current * policy.max_step_factor))
-        # Triton's summary remembers a minute, so after a scale-up it still shows the saturated
-        # past and overstates the need; busy time is fresh. Take the fewest replicas projected to
-        # meet the target, if fewer than the latency ratio asks for.
-        factor = queueing_factor(samples, last_scale_at, policy.instances)
-        for replicas in range(current + 1, wanted):
-            projected = projected_latency_ms(latest, replicas, factor, policy.instances)
-            if projected is not None and projected <= policy.target_ms:
-                wanted = replicas
-                break
+        if settling:
+            for replicas in range(current + 1, wanted):
+                projected = projected_latency_ms(latest, replicas, factor, policy.instances)
+                if projected is not None and projected <= policy.target_ms:
+                    wanted = replicas
+                    break
         if wanted > high:
             return Decision(
                 high, "MaxReplicasReached",
@@ -205,7 +243,6 @@ def decide(
 def follow_placement(
     wishes: list[Wish],
     current: int,
-    ready: int,
     bounds: tuple[int, int],
     policy: Policy,
     last_scale_at: float | None,
@@ -214,8 +251,11 @@ def follow_placement(
 ) -> Decision:
     """A target's replicas under LeastCost: toward what the placement wants now (`wishes[-1]`; `wishes`
     are this target's recent ones, oldest first), with `decide`'s rules. Up at once to what it wants,
-    once the scale-up window wanted more throughout, out of the cooldown, with every replica ready;
-    down one replica at a time once the scale-down window (scale_down_window) wanted fewer throughout.
+    once the scale-up window wanted more throughout, without `decide`'s cooldown or wait for new pods:
+    those let a latency reading catch up with the replicas, and the placement goes by the request rate,
+    which new pods do not change (so a step met by 2 -> 3 takes the 4th as soon as the rate asks, not a
+    pod start later); down one replica at a time once the scale-down window (scale_down_window) wanted
+    fewer throughout.
     `bounds`: min and max replicas (min may be 0: a class the placement leaves unused); `slo_met`: the
     target's own latency against the target (None: not observed), which the decision carries."""
     low, high = bounds
@@ -228,9 +268,6 @@ def follow_placement(
         if any(w.replicas <= current for w in window):
             return Decision(current, "StabilizingUp", f"the placement wants {wanted}, within the scale-up "
                             "stabilization window", slo_met)  # fmt: skip
-        if _cooling(policy, last_scale_at, now) or ready < current:
-            return Decision(current, "WaitingForReplicas", f"the placement wants {wanted}; {ready}/{current} "
-                            "ready: measuring before acting", slo_met)  # fmt: skip
         return Decision(wanted, "ScaledUp", f"the least-cost placement wants {wanted}: {current} -> {wanted}", slo_met)
     if wanted < current:
         window = scale_down_window(wishes, policy, last_scale_at, now)

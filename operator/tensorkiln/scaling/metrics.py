@@ -37,6 +37,9 @@ class Observation:
     latency_source: str | None  # "summary-p95" (worst pod's quantile; per percentile) or "mean"
     queue_ms: float | None  # worst pod's queue-time quantile at the same percentile
     request_rate: float  # successful requests per second, all pods
+    # The same over the recent window (Knative's panic window): a step in the load shows there first.
+    # None: too few scrapes in that window to take a rate (a scrape interval over half of it).
+    recent_request_rate: float | None
     failure_rate: float  # failed requests per second, all pods
     pending: float  # requests queued or executing now, all pods
     batch_size: float | None  # mean inferences per execution: what the dynamic batcher formed
@@ -51,15 +54,18 @@ def _selector(**labels: str) -> str:
     return "{" + ",".join(f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in labels.items()) + "}"
 
 
-def queries(namespace: str, model: str, hardware_class: str, percentile: str, window: str = "30s") -> dict[str, str]:
-    """PromQL per figure for one target; `window` is the rate window (at least four scrape intervals)."""
+def queries(
+    namespace: str, model: str, hardware_class: str, percentile: str, window: str = "30s", recent_window: str = "10s"
+) -> dict[str, str]:
+    """PromQL per figure for one target; `window` is the rate window (at least four scrape intervals),
+    `recent_window` the short one the request rate is also read over."""
     target = {"model": model, "namespace": namespace, "hardware_class": hardware_class}
     series = _selector(**target)
     quantile = _selector(**target, quantile=QUANTILES[percentile])
     scraped = _selector(namespace=namespace, hardware_class=hardware_class)  # `up` has no model label
 
-    def rate(metric: str) -> str:
-        return f"sum(rate({metric}{series}[{window}]))"
+    def rate(metric: str, over: str = window) -> str:
+        return f"sum(rate({metric}{series}[{over}]))"
 
     success = rate("nv_inference_request_success")
     compute = rate("nv_inference_compute_infer_duration_us")  # each request counts its execution's time
@@ -68,6 +74,7 @@ def queries(namespace: str, model: str, hardware_class: str, percentile: str, wi
         "latency_mean_ms": f"{rate('nv_inference_request_duration_us')} / {success} / 1000",
         "queue_ms": f"max(nv_inference_queue_summary_us{quantile}) / 1000",
         "request_rate": success,
+        "recent_request_rate": rate("nv_inference_request_success", recent_window),
         "failure_rate": rate("nv_inference_request_failure"),
         "pending": f"sum(nv_inference_pending_request_count{series})",
         "batch_size": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
@@ -101,11 +108,17 @@ def _value(result: list[dict]) -> float | None:
 
 
 def observe(
-    prom: PrometheusConnect, namespace: str, model: str, hardware_class: str, percentile: str, window: str = "30s"
+    prom: PrometheusConnect,
+    namespace: str,
+    model: str,
+    hardware_class: str,
+    percentile: str,
+    window: str = "30s",
+    recent_window: str = "10s",
 ) -> Observation | None:
     """The target's figures now; None when Prometheus holds no series of it (never scraped, or every
     pod's scrape failing). Raises MetricsUnavailable when Prometheus cannot be asked."""
-    promql = queries(namespace, model, hardware_class, percentile, window)
+    promql = queries(namespace, model, hardware_class, percentile, window, recent_window)
     at = time.time()  # every query at one instant
 
     def value(name: str) -> float | None:
@@ -122,6 +135,7 @@ def observe(
         latency_source=source if latency is not None else None,
         queue_ms=value("queue_ms"),
         request_rate=_value(rate) or 0.0,
+        recent_request_rate=value("recent_request_rate"),
         failure_rate=value("failure_rate") or 0.0,
         pending=value("pending") or 0.0,
         batch_size=value("batch_size"),
