@@ -36,7 +36,7 @@ from bench_slo import start_operator
 from kubernetes import client
 from tensorkiln import kube
 from tensorkiln.controllers.offers import COUNTED_SHARE
-from tensorkiln.scaling.decision import DEFAULT_QUEUEING_FACTOR, utilisation_at_target
+from tensorkiln.scaling.capacity import capacity_at_target
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.placement import ClassOffer, place
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase, ReplicaTimeline
@@ -57,7 +57,7 @@ def offers(target_ms: float, max_replicas: int) -> list[ClassOffer]:
     """What the operator offers the placement (controllers.offers), from the engines' defined figures."""
     found = []
     for pool in POOLS:
-        capacity = utilisation_at_target(pool.service_ms, DEFAULT_QUEUEING_FACTOR, target_ms) * 1000 / pool.service_ms
+        capacity = capacity_at_target(pool.service_ms, target_ms)
         found.append(ClassOffer(pool.name, capacity * COUNTED_SHARE, replica_price(pool), 0, max_replicas))
     return found
 

@@ -81,6 +81,13 @@ def test_settings_the_compile_did_not_simulate_fall_back_to_the_benchmark_projec
     assert capacity.measured_at_compile(engine(tmp_path), SERVED_AS_TUNED, 32, "p95", 25) is None  # no figure
 
 
+def test_the_capacity_at_a_target_inverts_the_projected_latency():
+    # 25 * (1 + 3 u / (1 - u)) = 100 -> u = 0.5: 0.5 * 1000 / 25 = 20/s; 10 ms -> u = 0.75: 75/s
+    assert capacity.capacity_at_target(25, 100) == pytest.approx(20)
+    assert capacity.capacity_at_target(10, 100) == pytest.approx(75)
+    assert capacity.capacity_at_target(100, 100) == 0  # the service time alone reaches the target
+
+
 def test_the_observed_capacity_is_projected_from_the_newest_settled_loaded_observation():
     # 4 replicas carrying 200/s with 2 instance-seconds/s busy (u 0.5), 10 ms per request, p95 20 ms:
     # the queueing factor learned is (20 - 10) / (10 * 0.5 / 0.5) = 1; at 30 ms target u = 2/3

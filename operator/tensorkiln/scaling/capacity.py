@@ -92,8 +92,13 @@ def measured_at_compile(
         return None
     if getattr(smallest, _benchmark_percentile(percentile)) > target_ms:
         return 0.0  # a lone request already misses the target
-    u = utilisation_at_target(smallest.p50_ms, DEFAULT_QUEUEING_FACTOR, target_ms)
-    return u * 1000.0 / smallest.p50_ms
+    return capacity_at_target(smallest.p50_ms, target_ms)
+
+
+def capacity_at_target(service_ms: float, target_ms: float) -> float:
+    """Requests/s one single-instance replica of a fixed `service_ms` sustains with its projected latency at
+    `target_ms` (scaling.decision.projected_latency_ms, at the default queueing factor)."""
+    return utilisation_at_target(service_ms, DEFAULT_QUEUEING_FACTOR, target_ms) * 1000.0 / service_ms
 
 
 def cpu_share(manifest: EngineManifest, cores: float | None) -> float:
