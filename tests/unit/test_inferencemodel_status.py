@@ -76,6 +76,10 @@ def test_published_engine_rolling_out_then_ready():
     assert ready["targets"][0]["engine"] == {"digest": D1, "uri": f"file:///r/{D1}"}
     assert (ready["targets"][0]["replicas"], ready["targets"][0]["readyReplicas"]) == (2, 2)
     assert ready["targetSummary"] == "1/1 serving, 1 compiled, 1 simulated"
+    scaling = status_of(targets, jobs, {"l4": Rollout(D1, 3, 2, False, scaling=True)}, engines)
+    assert scaling["phase"] == "Ready" and conds(scaling)["Deployed"] == ("True", "RolledOut")  # a scale-up
+    stuck = Rollout(D1, 3, 2, False, problem="pod p: container triton exited 1: boom", scaling=True)
+    assert conds(status_of(targets, jobs, {"l4": stuck}, engines))["Deployed"] == ("False", "RolloutBlocked")
 
 
 def test_failed_recompile_keeps_the_previous_engine_serving_and_says_so():

@@ -1,6 +1,8 @@
 """The least-cost placement's offers (controllers.offers): capacity per replica with its source
 (scaling.capacity), price, bounds, and room in the pool (hardware.pools), from what gather observes."""
 
+from dataclasses import replace
+
 import pytest
 from tensorkiln.api import CapacitySource
 from tensorkiln.controllers.offers import COUNTED_SHARE, Pool, class_offer
@@ -214,6 +216,12 @@ def test_a_cpu_replica_costs_its_cores_and_an_unknown_capacity_is_counted_as_non
     made = class_offer(CPU, spec, None, [], None, pool)  # the registry is away: no manifest
     assert made.replica_price == pytest.approx(0.08)
     assert (made.capacity.per_replica, made.offer.capacity, made.offer.free) == (None, 0.0, None)
+    no_request = spec | {"serving": spec["serving"] | {"resources": {"requests": {"cpu": "0"}}}}
+    assert class_offer(CPU, no_request, None, [], None, pool).offer.price_error == (
+        "its replicas request no CPU, and the price is per core"
+    )
+    refused = replace(CPU, price_per_hour=None, price_error="node c-0: tensorkiln.dev/price-per-hour '-1' is not ...")
+    assert class_offer(refused, spec, None, [], None, pool).offer.price_error == refused.price_error
 
 
 def test_a_cpu_replica_counts_on_its_share_of_the_cores_the_compile_measured_with(tmp_path):

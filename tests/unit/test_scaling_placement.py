@@ -2,6 +2,7 @@ import itertools
 import math
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from tensorkiln.scaling.placement import (
@@ -122,6 +123,10 @@ def test_prices_missing_fall_back_to_the_fewest_replicas():
     assert placement.reason == FEWEST_REPLICAS and placement.slo_met
     assert placement.cost_per_hour is None
     assert placement.message.startswith("no price for l4: the fewest replicas meeting 500 req/s, 2: ")
+    refused = replace(unpriced, price_error="node l4-0: tensorkiln.dev/price-per-hour '1,5' is not a positive decimal")
+    assert place([H100, refused], 500).message.startswith(
+        "no price for l4 (node l4-0: tensorkiln.dev/price-per-hour '1,5' is not a positive decimal): the fewest"
+    )  # a price set but refused is named where the placement says it has none
     assert place([offer("a", 100, None), offer("b", 150, None)], 250).replicas == {"a": 0, "b": 2}
     # b alone cannot (one at most); 3 replicas at 83 each are within a's 100: equal cost, the first by name
     assert place([offer("a", 100, None), offer("b", 150, None, max_replicas=1)], 250).replicas == {"a": 3, "b": 0}

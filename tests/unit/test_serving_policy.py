@@ -22,8 +22,19 @@ def test_observe_reads_engine_and_rollout_completeness():
     surging = observe(
         deployment(observedGeneration=3, replicas=3, updatedReplicas=1, availableReplicas=2, readyReplicas=2)
     )
-    assert not surging.updated and surging.serving
+    assert not surging.updated and surging.serving and not surging.scaling  # an old pod still runs
     assert observe(None) is None
+
+
+def test_replicas_added_to_a_rolled_out_deployment_are_scaling_not_a_rollout():
+    scaled = observe(
+        deployment(observedGeneration=3, replicas=2, updatedReplicas=2, availableReplicas=1, readyReplicas=1)
+    )
+    assert not scaled.updated and scaled.scaling
+    first = deployment(spec_replicas=1, observedGeneration=3, replicas=1, updatedReplicas=1, availableReplicas=0)
+    assert not observe(first).scaling  # nothing serves yet: the first pods are a rollout
+    unseen = deployment(observedGeneration=2, replicas=2, updatedReplicas=2, availableReplicas=1, readyReplicas=1)
+    assert not observe(unseen).scaling  # the controller has not seen the new template
 
 
 def test_a_new_engine_replaces_the_served_one_only_once_compiled():

@@ -75,11 +75,16 @@ def class_offer(
     elif compile_figure is not None and manifest is not None:
         compile_figure *= cpu_share(manifest, request[1] if request else None)
     capacity = Capacity(compile_figure, observed(samples, slo["targetMilliseconds"], last_scale_at, chosen.instances))
+    price_error = target.price_error
     if request is None and not gpu:
         price = None  # a replica that requests no CPU has no share of the price per core to go by
+        if target.price_per_hour is not None:
+            price_error = "its replicas request no CPU, and the price is per core"
     else:
         price = replica_price(target.kind, target.price_per_hour, request[1] if request else 0.0, gpus)
     found = room(target.kind, resources, list(pool.nodes), list(pool.own_pods), pool.bound())
     counted = (capacity.per_replica or 0.0) * COUNTED_SHARE  # unknown: 0, only the minimum is placed
-    offer = ClassOffer(target.name, counted, price, slo["minReplicas"], slo["maxReplicas"], found.running, found.free)
+    offer = ClassOffer(
+        target.name, counted, price, slo["minReplicas"], slo["maxReplicas"], found.running, found.free, price_error
+    )
     return Offer(offer, capacity, price, found)

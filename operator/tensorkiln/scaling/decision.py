@@ -174,9 +174,8 @@ def decide(
 ) -> Decision:
     """Desired replicas for a target. `samples` are this target's recent observations, newest last."""
     low, high = policy.min_replicas, max(policy.max_replicas, policy.min_replicas)
-    if current < low or current > high:
-        bounded = min(max(current, low), high)
-        return Decision(bounded, "OutOfBounds", f"{current} replicas is outside [{low}, {high}]", None)
+    if out := _out_of_bounds(current, low, high, None):
+        return out
     if not samples or samples[-1].at < now - 60:
         return Decision(current, "NoMetrics", "no recent latency observation: holding replicas", None)
     latest = samples[-1]
@@ -240,6 +239,16 @@ def decide(
     )
 
 
+def _out_of_bounds(current: int, low: int, high: int, slo_met: bool | None) -> Decision | None:
+    """Replicas outside the bounds (a spec edit) go to the nearest bound at once."""
+    if low <= current <= high:
+        return None
+    bounded = min(max(current, low), high)
+    return Decision(
+        bounded, "OutOfBounds", f"{current} replicas is outside [{low}, {high}]: {current} -> {bounded}", slo_met
+    )
+
+
 def follow_placement(
     wishes: list[Wish],
     current: int,
@@ -255,13 +264,12 @@ def follow_placement(
     those let a latency reading catch up with the replicas, and the placement goes by the request rate,
     which new pods do not change (so a step met by 2 -> 3 takes the 4th as soon as the rate asks, not a
     pod start later); down one replica at a time once the scale-down window (scale_down_window) wanted
-    fewer throughout.
+    fewer throughout, and never while the target's latency is over target.
     `bounds`: min and max replicas (min may be 0: a class the placement leaves unused); `slo_met`: the
     target's own latency against the target (None: not observed), which the decision carries."""
     low, high = bounds
-    if current < low or current > high:
-        bounded = min(max(current, low), high)
-        return Decision(bounded, "OutOfBounds", f"{current} replicas is outside [{low}, {high}]", slo_met)
+    if out := _out_of_bounds(current, low, high, slo_met):
+        return out
     wanted = wishes[-1].replicas
     if wanted > current:
         window = _over_window(wishes, now, policy.scale_up_stabilization_s) or wishes[-1:]
@@ -269,6 +277,15 @@ def follow_placement(
             return Decision(current, "StabilizingUp", f"the placement wants {wanted}, within the scale-up "
                             "stabilization window", slo_met)  # fmt: skip
         return Decision(wanted, "ScaledUp", f"the least-cost placement wants {wanted}: {current} -> {wanted}", slo_met)
+    if wanted < current and slo_met is False:
+        # The placement's capacity figures say fewer would do, the latency says not (a compile figure not
+        # yet corrected by an observed one, as after a restart): no scale-down while over target.
+        return Decision(
+            current, "HeldOverTarget",
+            f"the placement wants {wanted}, but {policy.percentile} is over the {policy.target_ms:g} ms target: "
+            f"{current} kept",
+            slo_met,
+        )  # fmt: skip
     if wanted < current:
         window = scale_down_window(wishes, policy, last_scale_at, now)
         if window and all(w.replicas <= current - 1 for w in window):
@@ -284,4 +301,5 @@ def follow_placement(
             f"({policy.scale_down_stabilization_s:g}s) wants fewer throughout",
             slo_met,
         )  # fmt: skip
-    return Decision(current, "Placed", f"{current} replicas, as the least-cost placement wants", slo_met)
+    replicas = "1 replica" if current == 1 else f"{current} replicas"
+    return Decision(current, "Placed", f"{replicas}, as the least-cost placement wants", slo_met)

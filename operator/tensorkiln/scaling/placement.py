@@ -87,6 +87,7 @@ class ClassOffer:
     max_replicas: int
     running: int = 0  # replicas scheduled on the pool now
     free: int | None = None  # how many more replicas its pool fits; None: not known, not limiting
+    price_error: str | None = None  # why a price that was set counts as none (named in the message)
 
     @property
     def fits(self) -> float:
@@ -244,7 +245,9 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0) -> 
     `keep_within`: what runs (each class's `running`, within its bounds) is kept while it meets the
     demand and costs at most this fraction more than the least cost, so that two placements of about
     the same cost, between which noisy capacity figures would flip, do not take turns."""
-    unpriced = sorted(o.hardware_class for o in offers if o.price is None)
+    unpriced = sorted(
+        o.hardware_class + (f" ({o.price_error})" if o.price_error else "") for o in offers if o.price is None
+    )
     priced = not unpriced
     classes = sorted(_prepare(offers, priced, pool_limits=True), key=_order)
     running = {o.hardware_class: o.running for o in offers}

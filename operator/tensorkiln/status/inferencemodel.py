@@ -91,6 +91,13 @@ SERVING_REFUSED = "ServingRefused"
 NAME_CONFLICT = "NameConflict"
 
 
+def _rolled_out(rollout: Rollout | None, engine: str) -> bool:
+    """Every pod runs `engine`: updated, or only replicas added, which start without a problem."""
+    if rollout is None or rollout.engine != engine:
+        return False
+    return rollout.updated or (rollout.scaling and not rollout.problem)
+
+
 def _deployed(
     entries: list[dict], rollouts: dict[str, Rollout], engines: dict[str, str], refused: dict[str, str]
 ) -> dict:
@@ -100,8 +107,7 @@ def _deployed(
     pending = [e for e in entries if e["hardwareClass"] not in engines]
     if pending:
         return condition("Deployed", False, "AwaitingEngines", f"no engine yet for: {_names(pending)}")
-    rolling = [e for e in entries if not (r := rollouts.get(e["hardwareClass"])) or not r.updated
-               or r.engine != engines[e["hardwareClass"]]]  # fmt: skip
+    rolling = [e for e in entries if not _rolled_out(rollouts.get(e["hardwareClass"]), engines[e["hardwareClass"]])]
     blocked = [(e, rollouts[e["hardwareClass"]]) for e in rolling if rollouts.get(e["hardwareClass"], None)
                and rollouts[e["hardwareClass"]].problem]  # fmt: skip
     if blocked:

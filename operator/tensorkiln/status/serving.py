@@ -14,6 +14,9 @@ class Rollout:
     ready_replicas: int
     updated: bool  # every replica runs the current template and the controller has seen it
     problem: str | None = None  # why new pods do not start, when they do not
+    # Not updated only because replicas were added: every pod runs the current template, some serve, the
+    # added ones start. A scale action is no rollout (Deployed stays True, the phase Ready).
+    scaling: bool = False
 
     @property
     def serving(self) -> bool:
@@ -26,13 +29,14 @@ def observe(deployment: dict | None) -> Rollout | None:
     spec, status = deployment.get("spec", {}), deployment.get("status", {})
     annotations = spec.get("template", {}).get("metadata", {}).get("annotations", {})
     replicas = spec.get("replicas", 1)
-    updated = (
+    current = (
         status.get("observedGeneration") == deployment["metadata"].get("generation")
-        and status.get("updatedReplicas", 0) == replicas
-        and status.get("availableReplicas", 0) >= replicas
-        and status.get("replicas", 0) == replicas  # old pods gone
+        and status.get("updatedReplicas", 0) == status.get("replicas", 0)  # old pods gone
     )
-    return Rollout(annotations.get(ENGINE_DIGEST), replicas, status.get("readyReplicas", 0), updated)
+    available = status.get("availableReplicas", 0)
+    updated = current and status.get("updatedReplicas", 0) == replicas and available >= replicas
+    scaling = current and not updated and 0 < available < replicas
+    return Rollout(annotations.get(ENGINE_DIGEST), replicas, status.get("readyReplicas", 0), updated, scaling=scaling)
 
 
 def desired_engine(compile_job: dict | None, rollout: Rollout | None) -> str | None:
