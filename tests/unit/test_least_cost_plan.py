@@ -184,12 +184,16 @@ def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, promethe
     cluster.serve(A100, 150)
     observed, replicas = cluster.reconcile(Scaler(object(), period=10))
     # 300 req/s: 4 x L4 (320 counted) 3.20/h beats 2 x A100 (4.00) and 3 x L4 + 1 x A100 (4.40). L4 goes up
-    # at once; A100's last replica waits for the scale-down window.
+    # at once; A100's last replica stays: with the scale-down headroom (300 / 0.7 = 429 req/s) the
+    # placement would want A100s, the L4 pool being full at 4.
     assert replicas == {A100: 1, L4: 4}
     placement = observed.least_cost.placement
     assert (placement.replicas, placement.cost_per_hour, observed.least_cost.demand) == ({L4: 4, A100: 0}, 3.2, 300)
     l4, a100 = observed.per_target[L4].slo_outcome, observed.per_target[A100].slo_outcome
-    assert (l4.decision.reason, a100.decision.reason) == ("ScaledUp", "StabilizingDown")
+    assert (l4.decision.reason, a100.decision.reason) == ("ScaledUp", "Placed")
+    assert a100.decision.message == (
+        "1 replica kept: the placement wants 0, but 1 with the 30% headroom a scale-down leaves"
+    )
     assert [e[:2] for e in l4.events] == [("Normal", "ScaledUp")] and a100.events == ()
     assert {k: v for k, v in l4.slo_status.items() if k not in ("lastDecisionTime", "lastScaleTime")} == {
         "observedMilliseconds": 10.0, "latencySource": "summary-p95", "requestRate": 150.0, "queueMilliseconds": 1.0,
@@ -264,22 +268,24 @@ def test_a_class_the_placement_leaves_unused_goes_down_only_after_the_scale_down
     scaler = Scaler(object(), period=10)
     written = []
     for step in range(31):  # every 10 s for 300 s: the default scale-down window
-        cluster.serve(L4, 240 if step != 15 else 340)  # half-way, a burst that wants the A100 too
-        cluster.serve(A100, 60)
+        cluster.serve(L4, 160 if step != 15 else 300)  # half-way, a burst that wants the A100 too
+        cluster.serve(A100, 40)
         written.append(cluster.reconcile(scaler)[1][A100])
         clock.at += 10
     assert written == [1] * 31  # the burst's wish is within the window
     written = []
-    for _ in range(16):
-        cluster.serve(L4, 240)
-        cluster.serve(A100, 60)
+    for _ in range(16):  # 200 req/s: 3 x L4 would do, and 4 (all the pool) with the scale-down headroom
+        cluster.serve(L4, 160)
+        cluster.serve(A100, 40)
         observed, replicas = cluster.reconcile(scaler)
         written.append(replicas[A100])
         clock.at += 10
     assert written == [1] * 15 + [0]  # 300 s after the burst: the window wanted none throughout
     assert replicas == {A100: 0, L4: 4}
     a100 = observed.per_target[A100].slo_outcome
-    assert a100.decision.message == "for 300s the least-cost placement wanted at most 0: 1 -> 0"
+    assert a100.decision.message == (
+        "for 300s the least-cost placement wanted at most 0 with the 30% headroom a scale-down leaves: 1 -> 0"
+    )
     assert [e[:2] for e in a100.events] == [("Normal", "ScaledDown")]
 
 

@@ -153,11 +153,26 @@ def test_a_placement_that_wants_fewer_scales_down_one_replica_once_the_whole_win
     )
     down = follow_placement(wishes(4, 2, 2, 2, 2, 2, 2, 2), 4, (0, 8), POLICY, None, 300, True)
     assert (down.replicas, down.reason) == (3, "ScaledDown")  # one at a time, however far it wants to go
-    assert down.message == "for 60s the least-cost placement wanted at most 2: 4 -> 3"
+    assert (
+        down.message
+        == "for 60s the least-cost placement wanted at most 2 with the 30% headroom a scale-down leaves: 4 -> 3"
+    )
     assert follow_placement(wishes(2, 2), 4, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"  # unseen
     recent = follow_placement(wishes(*[2] * 8), 4, (0, 8), POLICY, 250, 300, True)  # acted 50 s ago
     assert recent.reason == "StabilizingDown"
     assert follow_placement(wishes(*[0] * 8), 1, (0, 8), POLICY, None, 300, True).replicas == 0  # minReplicas 0
+
+
+def test_a_placement_scales_down_only_once_it_would_with_the_scale_down_headroom_too():
+    # A demand at a capacity boundary: 1 replica at the demand, 2 at the demand over the headroom.
+    # 3 go to 2, and 2 stay: the demand must fall by the headroom's margin before the 2nd goes.
+    bounded = [Wish(240 + 10 * i, 1, 2) for i in range(7)]
+    down = follow_placement(bounded, 3, (0, 8), POLICY, None, 300, True)
+    assert (down.replicas, down.reason) == (2, "ScaledDown")
+    kept = follow_placement(bounded, 2, (0, 8), POLICY, None, 300, True)
+    assert (kept.replicas, kept.reason) == (2, "Placed")
+    assert kept.message == "2 replicas kept: the placement wants 1, but 2 with the 30% headroom a scale-down leaves"
+    assert Wish(0, 3, 1).floor == 3 and Wish(0, 3).floor == 3  # up goes by the demand alone
 
 
 def test_a_placement_never_scales_down_a_target_over_its_latency_target():

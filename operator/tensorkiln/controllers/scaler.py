@@ -276,9 +276,11 @@ class Scaler:
         }
         demand = sum(_demand(obs) for obs in readings.values())
         placement = place([o.offer for o in offers.values()], demand, KEEP_WITHIN)
+        # What a scale-down goes by: the placement of the demand over the headroom (Wish.keeps).
+        keeps = place([o.offer for o in offers.values()], demand / Policy.headroom, KEEP_WITHIN).replicas
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
-            wishes = self._wish(keys[name], Wish(now, placement.replicas[name]))
+            wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]))
             obs = readings.get(name)
             met = None if obs is None else _idle(obs) or obs.latency_ms <= slo["targetMilliseconds"]
             decisions[name] = follow_placement(

@@ -71,6 +71,16 @@ class Wish:
 
     at: float
     replicas: int
+    # What the placement wants at the demand over the scale-down headroom (Policy.headroom): a class
+    # goes down only below both, so the demand must fall by the headroom's margin before a replica
+    # goes (as under decide), and a demand at a capacity boundary does not flap; None: as `replicas`.
+    # Conservative where that placement mixes in another class (a full cheap pool): it is kept.
+    keeps: int | None = None
+
+    @property
+    def floor(self) -> int:
+        """Replicas a scale-down may go to: the more of the two placements."""
+        return self.replicas if self.keeps is None else max(self.replicas, self.keeps)
 
 
 def _over_window(samples: list, now: float, window: float) -> list:
@@ -277,7 +287,8 @@ def follow_placement(
             return Decision(current, "StabilizingUp", f"the placement wants {wanted}, within the scale-up "
                             "stabilization window", slo_met)  # fmt: skip
         return Decision(wanted, "ScaledUp", f"the least-cost placement wants {wanted}: {current} -> {wanted}", slo_met)
-    if wanted < current and slo_met is False:
+    floor = wishes[-1].floor
+    if floor < current and slo_met is False:
         # The placement's capacity figures say fewer would do, the latency says not (a compile figure not
         # yet corrected by an observed one, as after a restart): no scale-down while over target.
         return Decision(
@@ -286,20 +297,30 @@ def follow_placement(
             f"{current} kept",
             slo_met,
         )  # fmt: skip
-    if wanted < current:
+    if floor < current:
         window = scale_down_window(wishes, policy, last_scale_at, now)
-        if window and all(w.replicas <= current - 1 for w in window):
+        if window and all(w.floor <= current - 1 for w in window):
             return Decision(
                 current - 1, "ScaledDown",
                 f"for {policy.scale_down_stabilization_s:g}s the least-cost placement wanted at most "
-                f"{max(w.replicas for w in window)}: {current} -> {current - 1}",
+                f"{max(w.floor for w in window)}{_with_headroom(policy)}: {current} -> {current - 1}",
                 slo_met,
             )  # fmt: skip
         return Decision(
             current, "StabilizingDown",
-            f"the placement wants {wanted}; {current} kept until the scale-down stabilization window "
-            f"({policy.scale_down_stabilization_s:g}s) wants fewer throughout",
+            f"the placement wants {floor}{_with_headroom(policy)}; {current} kept until the scale-down "
+            f"stabilization window ({policy.scale_down_stabilization_s:g}s) wants fewer throughout",
             slo_met,
         )  # fmt: skip
     replicas = "1 replica" if current == 1 else f"{current} replicas"
+    if wanted < current:
+        return Decision(
+            current, "Placed",
+            f"{replicas} kept: the placement wants {wanted}, but {current}{_with_headroom(policy)}",
+            slo_met,
+        )  # fmt: skip
     return Decision(current, "Placed", f"{replicas}, as the least-cost placement wants", slo_met)
+
+
+def _with_headroom(policy: Policy) -> str:
+    return f" with the {1 - policy.headroom:.0%} headroom a scale-down leaves"
