@@ -275,9 +275,10 @@ class Scaler:
             for name, m in by_name.items()
         }
         demand = sum(_demand(obs) for obs in readings.values())
-        placement = place([o.offer for o in offers.values()], demand, KEEP_WITHIN)
+        offered = [o.offer for o in offers.values()]
+        placement = place(offered, demand, KEEP_WITHIN)
         # What a scale-down goes by: the placement of the demand over the headroom (Wish.keeps).
-        keeps = place([o.offer for o in offers.values()], demand / Policy.headroom, KEEP_WITHIN).replicas
+        keeps = place(offered, demand / Policy.headroom, KEEP_WITHIN).replicas
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
             wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]))
