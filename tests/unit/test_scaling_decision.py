@@ -189,6 +189,8 @@ def test_a_placement_within_bounds_holds_and_bounds_apply_at_once():
     held = follow_placement(wishes(3), 3, (0, 8), POLICY, None, 300, False)
     assert (held.replicas, held.reason, held.slo_met) == (3, "Placed", False)
     assert follow_placement(wishes(3), 9, (0, 8), POLICY, None, 300, True).replicas == 8
+    raised = follow_placement(wishes(3), 1, (2, 8), POLICY, None, 300, True)
+    assert (raised.replicas, raised.reason, raised.message) == (2, "OutOfBounds", "1 replica is outside [2, 8]: 1 -> 2")
 
 
 def test_the_scale_down_window_gate_is_the_one_decide_uses():

@@ -255,8 +255,12 @@ def _out_of_bounds(current: int, low: int, high: int, slo_met: bool | None) -> D
         return None
     bounded = min(max(current, low), high)
     return Decision(
-        bounded, "OutOfBounds", f"{current} replicas is outside [{low}, {high}]: {current} -> {bounded}", slo_met
+        bounded, "OutOfBounds", f"{_replicas(current)} is outside [{low}, {high}]: {current} -> {bounded}", slo_met
     )
+
+
+def _replicas(n: int) -> str:
+    return "1 replica" if n == 1 else f"{n} replicas"
 
 
 def follow_placement(
@@ -312,7 +316,7 @@ def follow_placement(
             f"stabilization window ({policy.scale_down_stabilization_s:g}s) wants fewer throughout",
             slo_met,
         )  # fmt: skip
-    replicas = "1 replica" if current == 1 else f"{current} replicas"
+    replicas = _replicas(current)
     if wanted < current:
         return Decision(
             current, "Placed",
