@@ -7,9 +7,9 @@ arrivals down and hide the overload). Arrivals are Poisson at each phase's rate 
 request's latency counts from its scheduled arrival, so time spent waiting for a free client
 thread is included.
 
-The ready pods are re-read every second (as kube-proxy follows EndpointSlices; see
-serving.client for why clients discover pods themselves on the local cluster), and requests
-go round-robin over them. A request that fails on a pod going away is retried once on another
+The ready pods are looked up before the clock starts and re-read every second (as kube-proxy
+follows EndpointSlices; see serving.client for why clients discover pods themselves on the local
+cluster), and requests go round-robin over them. A request that fails on a pod going away is retried once on another
 ready pod, as a load balancer's retry would; it is recorded failed only if that fails too.
 """
 
@@ -68,15 +68,17 @@ class OpenLoopLoad:
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
+    def _refresh_endpoints(self) -> None:
+        try:
+            found = endpoints(self.api_client, self.namespace, self.service)
+        except client.ApiException:
+            found = None  # keep the last known pods through an API hiccup
+        if found is not None:
+            self._addresses = found
+
     def _follow_endpoints(self) -> None:
-        while not self._stop.is_set():
-            try:
-                found = endpoints(self.api_client, self.namespace, self.service)
-            except client.ApiException:
-                found = None  # keep the last known pods through an API hiccup
-            if found is not None:
-                self._addresses = found
-            self._stop.wait(1.0)
+        while not self._stop.wait(1.0):
+            self._refresh_endpoints()
 
     def _pick(self, avoid: str | None = None) -> str | None:
         addresses = [a for a in self._addresses if a != avoid] or self._addresses
@@ -100,6 +102,8 @@ class OpenLoopLoad:
 
     def run(self, phases: list[Phase]) -> list[Request]:
         """Drive the phases in turn; returns every request, in arrival order."""
+        # The pods are known before the clock starts: the first requests would otherwise find none and fail.
+        self._refresh_endpoints()
         self.started_at = time.monotonic()
         follower = threading.Thread(target=self._follow_endpoints, daemon=True)
         follower.start()
