@@ -197,13 +197,13 @@ def test_an_offer_counts_on_a_share_of_the_capacity_prices_the_replica_and_takes
     }
     pool = Pool((node("l4-0", gpus="2"), node("l4-1", gpus="2")), (pod("r0", "l4-0", [{"nvidia.com/gpu": "1"}]),),
                 lambda: [pod("r0", "l4-0", [{"nvidia.com/gpu": "1"}])])  # fmt: skip
-    made = class_offer(L4, spec, engine(tmp_path, tuning()), [], None, pool)
+    made = class_offer(L4, spec, None, engine(tmp_path, tuning()), [], None, {}, pool)
     assert made.capacity == capacity.Capacity(100.0, None)
     offer = made.offer
     assert (offer.hardware_class, offer.capacity, offer.price) == ("nvidia-l4", 100 * COUNTED_SHARE, 0.8)
     assert (offer.min_replicas, offer.max_replicas, offer.running, offer.free) == (0, 6, 1, 3)
     two_gpus = spec | {"serving": spec["serving"] | {"resources": {"limits": {"nvidia.com/gpu": "2"}}}}
-    made = class_offer(L4, two_gpus, engine(tmp_path, tuning()), [], None, pool)
+    made = class_offer(L4, two_gpus, None, engine(tmp_path, tuning()), [], None, {}, pool)
     assert (made.replica_price, made.capacity.measured_at_compile, made.offer.free) == (1.6, 200.0, 1)
 
 
@@ -213,15 +213,15 @@ def test_a_cpu_replica_costs_its_cores_and_an_unknown_capacity_is_counted_as_non
         "serving": {"maxBatchSize": 32, "dynamicBatching": {}, "resources": {"requests": {"cpu": "2"}}},
     }
     pool = Pool((node("c-0", cpu="16"),), (), lambda: None)
-    made = class_offer(CPU, spec, None, [], None, pool)  # the registry is away: no manifest
+    made = class_offer(CPU, spec, None, None, [], None, {}, pool)  # the registry is away: no manifest
     assert made.replica_price == pytest.approx(0.08)
     assert (made.capacity.per_replica, made.offer.capacity, made.offer.free) == (None, 0.0, None)
     no_request = spec | {"serving": spec["serving"] | {"resources": {"requests": {"cpu": "0"}}}}
-    assert class_offer(CPU, no_request, None, [], None, pool).offer.price_error == (
+    assert class_offer(CPU, no_request, None, None, [], None, {}, pool).offer.price_error == (
         "its replicas request no CPU, and the price is per core"
     )
     refused = replace(CPU, price_per_hour=None, price_error="node c-0: tensorkiln.dev/price-per-hour '-1' is not ...")
-    assert class_offer(refused, spec, None, [], None, pool).offer.price_error == refused.price_error
+    assert class_offer(refused, spec, None, None, [], None, {}, pool).offer.price_error == refused.price_error
 
 
 def test_a_cpu_replica_counts_on_its_share_of_the_cores_the_compile_measured_with(tmp_path):
@@ -235,8 +235,10 @@ def test_a_cpu_replica_counts_on_its_share_of_the_cores_the_compile_measured_wit
     on_two = engine(tmp_path, tuning()).model_copy(
         update={"hardware_kind": "CPU", "fingerprint": {"cpu": {"usableCpus": 2}}}
     )
-    assert class_offer(CPU, spec, on_two, [], None, pool).capacity.measured_at_compile == pytest.approx(25.0)
+    assert class_offer(CPU, spec, None, on_two, [], None, {}, pool).capacity.measured_at_compile == pytest.approx(25.0)
     four_cores = spec | {"serving": spec["serving"] | {"resources": {"requests": {"cpu": "4"}}}}
-    assert class_offer(CPU, four_cores, on_two, [], None, pool).capacity.measured_at_compile == 100.0  # at most all
+    assert (
+        class_offer(CPU, four_cores, None, on_two, [], None, {}, pool).capacity.measured_at_compile == 100.0
+    )  # at most all
     unknown = on_two.model_copy(update={"fingerprint": {}})
-    assert class_offer(CPU, spec, unknown, [], None, pool).capacity.measured_at_compile == 100.0
+    assert class_offer(CPU, spec, None, unknown, [], None, {}, pool).capacity.measured_at_compile == 100.0

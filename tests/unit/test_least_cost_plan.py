@@ -316,25 +316,55 @@ def test_a_step_is_placed_from_the_recent_window_before_the_rate_window_rises_to
     assert again.least_cost.demand == 133.3
 
 
-def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on(tmp_path, clock, prometheus):
-    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
-    prometheus.append(cluster)
-    # 2 L4 replicas carry 100 req/s half busy at 10 ms a request, p95 20 ms: the queueing factor is 1, and
-    # at 25 ms u = 0.6: a replica sustains 0.6 * 100 / 1.0 = 60 req/s, not the compile's 100
+def observed_steadily(cluster, clock, scaler):
+    """2 L4 replicas carry 100 req/s half busy at 10 ms a request, p95 20 ms, for half the minute Triton's
+    summary remembers: the queueing factor is 1, and at 25 ms u = 0.6: a replica sustains 0.6 * 100 / 1.0 =
+    60 req/s, not the compile's 100. The last reconcile's (observed, replicas)."""
     cluster.serve(L4, 100, latency_ms=20.0, busy=1.0, service_ms=10.0)
-    scaler = Scaler(object(), period=10)
     observed, _ = cluster.reconcile(scaler)
     status = observed.per_target[L4].slo_outcome.slo_status
     assert status["capacitySource"] == "MeasuredAtCompile"  # one observation: the load's steadiness is not known
-    for _ in range(3):  # half the minute Triton's summary remembers, at a steady load
+    for _ in range(3):
         clock.at += 10
         observed, replicas = cluster.reconcile(scaler)
+    return observed, replicas
+
+
+def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
+    prometheus.append(cluster)
+    observed, replicas = observed_steadily(cluster, clock, Scaler(object(), period=10))
     status = observed.per_target[L4].slo_outcome.slo_status
     assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
     assert (status["capacityObserved"], status["capacityMeasuredAtCompile"]) == (60.0, 100.0)
     # 48 counted a replica: 3 x L4 2.40/h, or one A100 (160 counted) 2.00/h: the A100 now serves cheaper
     assert observed.least_cost.placement.replicas == {L4: 0, A100: 1}
     assert replicas == {A100: 1, L4: 2}  # up at once; L4 down once the window says so
+
+
+def test_a_restarted_operator_counts_on_the_observed_capacity_its_status_kept(tmp_path, clock, prometheus):
+    """A new scaler's memory is empty: the compile's figure would count until a steady minute had passed, and
+    on a busy node it can be several times too high (issue 15's trial: 363 req/s against 103 observed)."""
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
+    prometheus.append(cluster)
+    observed, _ = observed_steadily(cluster, clock, Scaler(object(), period=10))
+    kept = status_of(observed)
+    before = observed.per_target[L4].slo_outcome.slo_status
+    assert before["capacityObservedFor"].startswith("engine ") and before["capacityObservedFor"].endswith(
+        "1 nvidia.com/gpu per replica, p95 < 25 ms"
+    )
+    cluster.model = cluster.model | {"status": kept}
+    clock.at += 10
+    restarted, _ = cluster.reconcile(Scaler(object(), period=10))
+    status = restarted.per_target[L4].slo_outcome.slo_status
+    assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
+    assert status["capacityObservedFor"] == before["capacityObservedFor"]
+    assert restarted.least_cost.placement.replicas == {L4: 0, A100: 1}  # as before the restart
+    # Another SLO target: what was observed at 25 ms holds no more, and the compile's figure counts
+    cluster.model["spec"] = cluster.model["spec"] | {"slo": cluster.model["spec"]["slo"] | {"targetMilliseconds": 30}}
+    changed, _ = cluster.reconcile(Scaler(object(), period=10))
+    status = changed.per_target[L4].slo_outcome.slo_status
+    assert status["capacitySource"] == "MeasuredAtCompile" and "capacityObserved" not in status
 
 
 def test_no_metrics_from_a_serving_class_holds_every_class(tmp_path, clock, prometheus):

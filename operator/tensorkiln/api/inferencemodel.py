@@ -655,6 +655,16 @@ class TargetSLOStatus(KubeModel):
             "projection from the newest settled observation with the replicas 20-90% busy. Unset: none yet."
         ),
     )
+    capacity_observed_for: str | None = Field(
+        None,
+        max_length=512,
+        description=(
+            "What capacityObserved was observed for: the engine (its manifest digest, shortened), Triton's "
+            "batching and instance settings, the replica's resource request and the SLO. A restarted operator "
+            "counts on capacityObserved while all of these are the same, until it observes again; a change of "
+            "any makes it void (the compile's figure counts until a new observation)."
+        ),
+    )
     replica_price_per_hour: float | None = Field(
         None,
         ge=0,

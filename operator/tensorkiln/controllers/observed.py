@@ -132,7 +132,7 @@ def _place(
     by_name = {n["metadata"]["name"]: n for n in nodes}
     members = [
         Member(
-            found.target, found.rollout, _previous_slo(model, found.target), found.manifest,
+            found.target, found.rollout, _previous_slo(model, found.target), found.engine, found.manifest,
             Pool(
                 tuple(by_name[n] for n in found.target.nodes if n in by_name), found.pods,
                 lambda names=list(found.target.nodes): state.pods_on(names),

@@ -18,7 +18,14 @@ from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.hardware.pools import Room, replica_request, room
 from tensorkiln.hardware.prices import replica_price
 from tensorkiln.registry.manifest import BatcherSetting, EngineManifest
-from tensorkiln.scaling.capacity import Capacity, cpu_share, measured_at_compile, observed
+from tensorkiln.scaling.capacity import (
+    Capacity,
+    cpu_share,
+    measured_at_compile,
+    observation_basis,
+    observed,
+    remembered,
+)
 from tensorkiln.scaling.decision import Sample
 from tensorkiln.scaling.placement import ClassOffer
 
@@ -31,6 +38,7 @@ COUNTED_SHARE = 0.8
 class Offer:
     offer: ClassOffer  # what the solver takes
     capacity: Capacity  # per replica under the target, both figures (offer.capacity: COUNTED_SHARE of it)
+    observed_for: str | None  # what capacity.observed holds for (capacity.observation_basis); None: no engine
     replica_price: float | None  # per replica-hour (offer.price)
     room: Room  # on the class's pool (offer.running, offer.free)
 
@@ -48,13 +56,17 @@ class Pool:
 def class_offer(
     target: HardwareClass,
     spec: dict,
+    engine: str | None,
     manifest: EngineManifest | None,
     samples: list[Sample],
     last_scale_at: float | None,
+    previous: dict,
     pool: Pool,
 ) -> Offer:
-    """The offer of `target` for a model with the validated `spec`; `manifest`: the engine it serves
-    (None: not read), `samples`: the SLO scaler's recent observations of it, oldest first."""
+    """The offer of `target` for a model with the validated `spec`; `engine`: the digest of the engine it
+    serves, `manifest`: that engine's (None: not read), `samples`: the SLO scaler's recent observations of
+    it, oldest first, `previous`: its last slo status (an observed capacity there counts while the scaler
+    has none of its own)."""
     slo, serving = spec["slo"], spec["serving"]
     gpu = target.kind == "GPU"
     resources = triton_resources(serving.get("resources"), target)
@@ -74,7 +86,9 @@ def class_offer(
         compile_figure *= gpus  # the compile measured one GPU; Triton runs the instances on each of the replica's
     elif compile_figure is not None and manifest is not None:
         compile_figure *= cpu_share(manifest, request[1] if request else None)
-    capacity = Capacity(compile_figure, observed(samples, slo["targetMilliseconds"], last_scale_at, chosen.instances))
+    basis = None if engine is None else observation_basis(engine, served, request, slo, serving["maxBatchSize"])
+    seen = observed(samples, slo["targetMilliseconds"], last_scale_at, chosen.instances)
+    capacity = Capacity(compile_figure, seen if seen is not None else remembered(previous, basis))
     price_error = target.price_error
     if request is None and not gpu:
         price = None  # a replica that requests no CPU has no share of the price per core to go by
@@ -87,4 +101,4 @@ def class_offer(
     offer = ClassOffer(
         target.name, counted, price, slo["minReplicas"], slo["maxReplicas"], found.running, found.free, price_error
     )
-    return Offer(offer, capacity, price, found)
+    return Offer(offer, capacity, basis, price, found)

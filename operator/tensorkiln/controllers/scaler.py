@@ -51,7 +51,8 @@ class Member:
     target: HardwareClass
     rollout: Rollout
     previous: dict  # its last slo status
-    manifest: EngineManifest | None  # of the engine it is to serve (None: not read)
+    engine: str | None  # digest of the engine it is to serve
+    manifest: EngineManifest | None  # of that engine (None: not read)
     pool: Pool
 
 
@@ -271,7 +272,9 @@ class Scaler:
             return LeastCostOutcome(outcomes, None, None, None)
         last_scale = {name: self._last_scale_at(keys[name], m.previous) for name, m in by_name.items()}
         offers = {
-            name: class_offer(m.target, spec, m.manifest, self._samples(keys[name]), last_scale[name], m.pool)
+            name: class_offer(
+                m.target, spec, m.engine, m.manifest, self._samples(keys[name]), last_scale[name], m.previous, m.pool
+            )
             for name, m in by_name.items()
         }
         demand = sum(_demand(obs) for obs in readings.values())
@@ -401,6 +404,8 @@ def _offer_status(offer: Offer, share: float, cost: float | None) -> dict:
         status["capacityMeasuredAtCompile"] = round(capacity.measured_at_compile, 3)
     if capacity.observed is not None:
         status["capacityObserved"] = round(capacity.observed, 3)
+        if offer.observed_for is not None:
+            status["capacityObservedFor"] = offer.observed_for
     if offer.replica_price is not None:
         status["replicaPricePerHour"] = round(offer.replica_price, 6)
     if cost is not None:

@@ -17,6 +17,11 @@ Two figures, both kept, each with its source:
 
 The observed figure, once there is one, is the one counted on: it is this deployment on this traffic.
 Either is 0 when a replica cannot meet the target at all (its service time alone misses it).
+
+The scaler's observations live in its memory; the observed figure is also kept in status with what it was
+observed for (`observation_basis`: the engine, Triton's settings, the replica's resources, the SLO), so a
+restarted operator counts on it (`remembered`) until it observes again, rather than on the compile's
+figure, which on shared or busy nodes can be several times too high.
 """
 
 from dataclasses import dataclass
@@ -99,6 +104,35 @@ def capacity_at_target(service_ms: float, target_ms: float) -> float:
     """Requests/s one single-instance replica of a fixed `service_ms` sustains with its projected latency at
     `target_ms` (scaling.decision.projected_latency_ms, at the default queueing factor)."""
     return utilisation_at_target(service_ms, DEFAULT_QUEUEING_FACTOR, target_ms) * 1000.0 / service_ms
+
+
+def observation_basis(
+    engine: str, served: BatcherSetting, request: tuple[str, float] | None, slo: dict, max_batch_size: int
+) -> str:
+    """What an observed capacity holds for, as status shows it (capacityObservedFor): a change of any part
+    (a new engine, other batcher settings or resources, another SLO) makes an earlier observation void.
+    `engine`: the digest of the engine served (status.targets[].engine.digest)."""
+    batcher = (
+        f"dynamic batching (preferred sizes {served.preferred_batch_sizes or 'none'}, "
+        f"max queue delay {served.max_queue_delay_microseconds} us)"
+        if served.dynamic_batching
+        else "no dynamic batching"
+    )
+    instances = f"{served.instances} instance{'' if served.instances == 1 else 's'}"
+    per_replica = f"{request[1]:g} {request[0]} per replica" if request else "no resource request"
+    return (
+        f"engine {engine[:12]}, maxBatchSize {max_batch_size}, {batcher}, {instances}, {per_replica}, "
+        f"{slo['percentile']} < {slo['targetMilliseconds']:g} ms"
+    )
+
+
+def remembered(previous: dict, basis: str | None) -> float | None:
+    """The observed capacity a target's last status holds (capacityObserved), while it was observed for
+    `basis`; None otherwise."""
+    value = previous.get("capacityObserved")
+    if basis is None or value is None or previous.get("capacityObservedFor") != basis:
+        return None
+    return float(value)
 
 
 def cpu_share(manifest: EngineManifest, cores: float | None) -> float:
