@@ -659,7 +659,7 @@ class TargetSLOStatus(KubeModel):
         None,
         max_length=512,
         description=(
-            "What capacityObserved was observed for: the engine (its manifest digest, shortened), Triton's "
+            "What capacityObserved was observed for: the engine (the start of the target's engine.digest), Triton's "
             "batching and instance settings, the replica's resource request and the SLO. A restarted operator "
             "counts on capacityObserved while all of these are the same, until it observes again; a change of "
             "any makes it void (the compile's figure counts until a new observation)."

@@ -9,8 +9,9 @@ thread is included.
 
 The ready pods are looked up before the clock starts and re-read every second (as kube-proxy
 follows EndpointSlices; see serving.client for why clients discover pods themselves on the local
-cluster), and requests go round-robin over them. A request that fails on a pod going away is retried once on another
-ready pod, as a load balancer's retry would; it is recorded failed only if that fails too.
+cluster), and requests go round-robin over them. A request that fails on a pod going away is
+retried once on another ready pod, as a load balancer's retry would; it is recorded failed only if
+that fails too.
 """
 
 from __future__ import annotations
