@@ -135,8 +135,10 @@ def build_deployment(
         "ports": [{"name": port_name, "containerPort": port} for port_name, port in PORTS],
         "readinessProbe": _probe("/v2/health/ready", 5, 3),
         "livenessProbe": _probe("/v2/health/live", 10, 3),
-        # Loading a large engine can take minutes; liveness waits for this to pass first.
-        "startupProbe": _probe("/v2/health/ready", 5, 120),
+        # Loading a large engine can take minutes (10 at most); liveness waits for this to pass first. Probed
+        # each second, as Knative probes new pods eagerly: a scale-up's pods take load within a second of being
+        # ready (bench_cost's step: 2-3 s from asked to ready on the local node, 6 s with a 5 s period).
+        "startupProbe": _probe("/v2/health/ready", 1, 600),
         "resources": triton_resources(spec["serving"].get("resources"), target),
         "securityContext": RESTRICTED_CONTAINER,
         "volumeMounts": [{"name": "models", "mountPath": MODEL_REPOSITORY, "readOnly": True}],
