@@ -10,8 +10,8 @@ kube-proxy does; the load generator follows its ready pods the same way (serving
 
 Per policy it prints SLO-violation seconds (client p95 over a 10 s window over target; beside it the
 same over a 1 s window and the requests over target, since one second of slow requests keeps a 10 s
-window's p95 over target for up to 10 s), cost (replica-seconds of each class's Deployment times its price per replica-hour, pods that existed,
-ready or not) and restore time after the step; and, beside them, the optimum: for each phase the
+window's p95 over target for up to 10 s), cost (replica-seconds of each class's Deployment times its
+price per replica-hour, pods that existed, ready or not) and restore time after the step; and, beside them, the optimum: for each phase the
 least-cost placement of that phase's rate (scaling.placement.place, from the same offers: each
 class's capacity from its engine's figures, counted at offers.COUNTED_SHARE) and what it costs for
 the phase's duration. Goal: LeastCost at least 30% cheaper than PerClass with the same or fewer
@@ -160,8 +160,7 @@ def write_report(by_policy: dict, phases: list[Phase], started: datetime, loads,
         replicas = "; ".join(f"{k}: {v}" for k, v in f["replicas"].items())
         lines.append(
             f"| {policy} | {f['violation']:.0f} | {f['violation_1s']:.0f} | {f['slow']} | {restore} | {f['cost']:.4f} | "
-            f"{replica_s} | {replicas} | "
-            f"{f['requests']} | {f['failed']} |"
+            f"{replica_s} | {replicas} | {f['requests']} | {f['failed']} |"
         )
     lines += ["", "The optimum (scaling.placement.place on each phase's rate, from the same offers):", ""]
     for phase, replicas, cost in best:

@@ -148,12 +148,17 @@ class Setting:
     max_queue_delay_us: int = 0
     instances: int = 1
 
+    def batcher_setting(self) -> BatcherSetting:
+        """As the manifest records it."""
+        return BatcherSetting(
+            dynamic_batching=self.dynamic_batching,
+            preferred_batch_sizes=list(self.preferred_batch_sizes),
+            max_queue_delay_microseconds=self.max_queue_delay_us,
+            instances=self.instances,
+        )
+
     def describe(self) -> str:
-        count = f"{self.instances} instance{'s' if self.instances > 1 else ''}"
-        if not self.dynamic_batching:
-            return f"no dynamic batching, {count}"
-        preferred = list(self.preferred_batch_sizes) if self.preferred_batch_sizes else "none"
-        return f"dynamic batching (preferred {preferred}, max_queue_delay {self.max_queue_delay_us} µs), {count}"
+        return self.batcher_setting().describe()
 
 
 UNBATCHED = Setting(dynamic_batching=False)
@@ -405,15 +410,9 @@ def tuning_for(
         simulated=[], unbatched=[], throughput_bound_per_s=0.0,
     )  # fmt: skip
     choice = choose(engine_of(measured), SLO(slo_target_ms, slo_percentile) if slo_target_ms else None)
-    setting = choice.setting
     return measured.model_copy(
         update={
-            "setting": BatcherSetting(
-                dynamic_batching=setting.dynamic_batching,
-                preferred_batch_sizes=list(setting.preferred_batch_sizes),
-                max_queue_delay_microseconds=setting.max_queue_delay_us,
-                instances=setting.instances,
-            ),
+            "setting": choice.setting.batcher_setting(),
             "reason": choice.reason,
             "simulated": [SimulatedLoad.model_validate(asdict(load)) for load in choice.loads],
             "unbatched": [SimulatedLoad.model_validate(asdict(load)) for load in choice.unbatched],

@@ -119,6 +119,13 @@ class BatcherSetting(_Model):
     max_queue_delay_microseconds: int = 0
     instances: int = Field(1, description="per GPU; per pod on a CPU class")
 
+    def describe(self) -> str:
+        count = f"{self.instances} instance{'s' if self.instances > 1 else ''}"
+        if not self.dynamic_batching:
+            return f"no dynamic batching, {count}"
+        preferred, delay = self.preferred_batch_sizes or "none", self.max_queue_delay_microseconds
+        return f"dynamic batching (preferred {preferred}, max_queue_delay {delay} µs), {count}"
+
 
 class SimulatedLoad(_Model):
     """A model of Triton's batcher serving the engine to `clients` closed-loop clients."""

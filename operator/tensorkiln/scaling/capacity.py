@@ -112,16 +112,9 @@ def observation_basis(
     """What an observed capacity holds for, as status shows it (capacityObservedFor): a change of any part
     (a new engine, other batcher settings or resources, another SLO) makes an earlier observation void.
     `engine`: the digest of the engine served (status.targets[].engine.digest)."""
-    batcher = (
-        f"dynamic batching (preferred sizes {served.preferred_batch_sizes or 'none'}, "
-        f"max queue delay {served.max_queue_delay_microseconds} us)"
-        if served.dynamic_batching
-        else "no dynamic batching"
-    )
-    instances = f"{served.instances} instance{'' if served.instances == 1 else 's'}"
     per_replica = f"{request[1]:g} {request[0]} per replica" if request else "no resource request"
     return (
-        f"engine {engine[:12]}, maxBatchSize {max_batch_size}, {batcher}, {instances}, {per_replica}, "
+        f"engine {engine[:12]}, maxBatchSize {max_batch_size}, {served.describe()}, {per_replica}, "
         f"{slo['percentile']} < {slo['targetMilliseconds']:g} ms"
     )
 
