@@ -1,5 +1,7 @@
 """Benchmark: least-cost placement (`slo.placement: LeastCost`) against scaling each class alone
-(`PerClass`), on the same seeded step load (low, 4x, low), in one run.
+(`PerClass`), on the same seeded step load (low, 4x, low), in one run; and LeastCost with burst capacity
+(`slo.burstRequestsPerSecond`), one run per --burst value: by default the step's size (spare capacity for
+the whole step at once) and half of it.
 
 The model (tensorkiln_local.cluster.cost_workload) is served on two real nodes of the local
 cluster as two hardware classes: local-0's pool, a fast expensive class (SIMULATED engine, 10 ms per
@@ -15,12 +17,13 @@ price per replica-hour, pods that existed, ready or not) and restore time after 
 least-cost placement of that phase's rate (scaling.placement.place, from the same offers: each
 class's capacity from its engine's figures, counted at offers.COUNTED_SHARE) and what it costs for
 the phase's duration. Goal: LeastCost at least 30% cheaper than PerClass with the same or fewer
-violation seconds. Writes e2e/results/cost.md.
+violation seconds (checked for each LeastCost run). Writes e2e/results/cost.md.
 
 Needs `tensorkiln-local cluster up`; starts local-1 (`tensorkiln-local node up local-1`) and stops it
 after, unless it ran before; annotates both real nodes with their price and takes it off after.
 Starts an operator of its own per run, watching only that run's namespace (and stops a demo operator).
-Usage: .venv/bin/python e2e/bench_cost.py [--seed 7] [--low 16] [--phase-seconds 60 150 150]
+Usage: .venv/bin/python e2e/bench_cost.py [--seed 7] [--low 16] [--phase-seconds 60 150 150] [--burst 48 24]
+  [--policies PerClass LeastCost LeastCost+burst]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import platform
 import tempfile
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,7 +51,16 @@ from tensorkiln_local.cluster.cost_workload import POOLS, REPLICA_CPU
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POLICIES = ("PerClass", "LeastCost")
+POLICIES = ("PerClass", "LeastCost", "LeastCost+burst")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One policy's run: the name it is reported under, slo.placement and slo.burstRequestsPerSecond."""
+
+    name: str
+    placement: str
+    burst: float = 0.0
 
 
 def replica_price(pool: cost_workload.Pool) -> float:
@@ -63,23 +76,25 @@ def offers(target_ms: float, max_replicas: int) -> list[ClassOffer]:
     return found
 
 
-def optimum(phases: list[Phase], target_ms: float, max_replicas: int) -> list[tuple[Phase, dict, float]]:
-    """Per phase: the least-cost replicas for its rate and their cost over the phase."""
+def optimum(
+    phases: list[Phase], target_ms: float, max_replicas: int, burst: float = 0.0
+) -> list[tuple[Phase, dict, float]]:
+    """Per phase: the least-cost replicas for its rate (and `burst`) and their cost over the phase."""
     rows = []
     for phase in phases:
-        placed = place(offers(target_ms, max_replicas), phase.rate)
+        placed = place(offers(target_ms, max_replicas), phase.rate, burst=burst)
         rows.append((phase, placed.replicas, (placed.cost_per_hour or 0.0) * phase.seconds / 3600))
     return rows
 
 
-def run_policy(api, policy: str, phases: list[Phase], seed: int, work_dir: Path) -> dict:
+def run_policy(api, policy: Run, phases: list[Phase], seed: int, work_dir: Path) -> dict:
     namespace = f"bench-cost-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     registry = f"file://{work_dir}/registry"
     operator = start_operator(namespace, registry, work_dir)
     try:
-        deployments = cost_workload.deploy(api, registry, namespace, policy, work_dir)
+        deployments = cost_workload.deploy(api, registry, namespace, policy.placement, work_dir, policy.burst)
         cost_workload.wait_ready(api, namespace, 600)
         load = OpenLoopLoad(api, namespace, cost_workload.NAME, cost_workload.NAME, SIMULATED.inputs(), seed=seed)
         timelines = {pool: ReplicaTimeline(api, namespace, name) for pool, name in deployments.items()}
@@ -125,8 +140,9 @@ def figures(result: dict, phases: list[Phase], target_ms: float) -> dict:
     }
 
 
-def write_report(by_policy: dict, phases: list[Phase], started: datetime, loads, target_ms: float, max_r: int) -> str:
-    best = optimum(phases, target_ms, max_r)
+def write_report(
+    by_policy: dict, runs: dict[str, Run], phases: list[Phase], started: datetime, loads, target_ms: float, max_r: int
+) -> str:
     lines = [
         "# Least-cost placement vs scaling each class alone",
         "",
@@ -147,7 +163,8 @@ def write_report(by_policy: dict, phases: list[Phase], started: datetime, loads,
         "",
         f"SLO p95 < {target_ms:g} ms; minReplicas 0, maxReplicas {max_r} per class (PerClass keeps 1 per class). "
         "Load: " + ", ".join(f"{p.name} {p.rate:g} req/s for {p.seconds:g} s" for p in phases) + ", open-loop Poisson, "
-        "the same seed for both policies.",
+        "the same seed for every policy. "
+        + "; ".join(f"{run.name}: burstRequestsPerSecond {run.burst:g}" for run in runs.values() if run.burst),
         "",
         "| policy | violation s (client p95, 10 s window) | the same, 1 s window | requests over target | "
         "restore after step (s) | cost | replica-seconds per class | replicas per phase per class | requests | failed |",
@@ -162,18 +179,28 @@ def write_report(by_policy: dict, phases: list[Phase], started: datetime, loads,
             f"| {policy} | {f['violation']:.0f} | {f['violation_1s']:.0f} | {f['slow']} | {restore} | {f['cost']:.4f} | "
             f"{replica_s} | {replicas} | {f['requests']} | {f['failed']} |"
         )
-    lines += ["", "The optimum (scaling.placement.place on each phase's rate, from the same offers):", ""]
-    for phase, replicas, cost in best:
-        lines.append(f"- {phase.name}, {phase.rate:g} req/s: {replicas}, {cost:.4f} for {phase.seconds:g} s")
-    lines.append(f"- in all: {sum(c for _, _, c in best):.4f} (no time to scale counted)")
-    if set(results) == set(POLICIES):
-        per, least = results["PerClass"], results["LeastCost"]
-        saving = 1 - least["cost"] / per["cost"] if per["cost"] else 0.0
-        met = saving >= 0.30 and least["violation"] <= per["violation"]
+    for burst in sorted({run.burst for run in runs.values() if run.placement == "LeastCost"}):
+        with_burst = f" plus {burst:g} req/s of burst capacity" if burst else ""
         lines += [
             "",
-            f"Goal (LeastCost at least 30% cheaper than PerClass, with the same or fewer violation seconds): "
-            f"**{'met' if met else 'not met'}**: {saving:.0%} cheaper ({least['cost']:.4f} vs {per['cost']:.4f}); "
+            f"The optimum (scaling.placement.place on each phase's rate{with_burst}, from the same offers):",
+            "",
+        ]
+        best = optimum(phases, target_ms, max_r, burst)
+        for phase, replicas, cost in best:
+            lines.append(f"- {phase.name}, {phase.rate:g} req/s: {replicas}, {cost:.4f} for {phase.seconds:g} s")
+        lines.append(f"- in all: {sum(c for _, _, c in best):.4f} (no time to scale counted)")
+    per = results.get("PerClass")
+    for name, least in results.items():
+        if per is None or runs[name].placement != "LeastCost":
+            continue
+        saving = 1 - least["cost"] / per["cost"] if per["cost"] else 0.0
+        met = saving >= 0.30 and least["violation"] <= per["violation"]
+        cheaper = f"{saving:.0%} cheaper" if saving >= 0 else f"{-saving:.0%} dearer"
+        lines += [
+            "",
+            f"Goal ({name} at least 30% cheaper than PerClass, with the same or fewer violation seconds): "
+            f"**{'met' if met else 'not met'}**: {cheaper} ({least['cost']:.4f} vs {per['cost']:.4f}); "
             f"{least['violation']:.0f} vs {per['violation']:.0f} violation seconds.",
         ]
     for policy, result in by_policy.items():
@@ -193,12 +220,22 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, nargs=3, default=(60.0, 150.0, 150.0))
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument(
+        "--burst",
+        type=float,
+        nargs="+",
+        help="LeastCost+burst's burstRequestsPerSecond, a run each (default: the step, 3 x --low, and half of it)",
+    )
+    parser.add_argument(
         "--work-dir", type=Path, help="keep the operators' logs and the registry here (default: a temporary dir)"
     )
     args = parser.parse_args()
     os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
     low, high, after = args.phase_seconds
     phases = [Phase("low", args.low, low), Phase("high", 4 * args.low, high), Phase("low-again", args.low, after)]
+    bursts = args.burst or [3 * args.low, 1.5 * args.low]
+    every = [Run("PerClass", "PerClass"), Run("LeastCost", "LeastCost")]
+    every += [Run(f"LeastCost+burst {burst:g}", "LeastCost", burst) for burst in bursts]
+    runs = {run.name: run for run in every if run.name.split(" ")[0] in args.policies}
     target_ms, max_r = 100.0, cost_workload.manifest("x", "LeastCost")["spec"]["slo"]["maxReplicas"]
     started, before = datetime.now(UTC), os.getloadavg()
     operator_process.stop()  # a demo operator would act on the benchmark's namespaces too
@@ -212,16 +249,16 @@ def main() -> None:
         cost_workload.set_prices(core, cost_workload.pool_prices())
         try:
             by_policy = {}
-            for policy in args.policies:
-                print(f"{policy} ...", flush=True)
-                by_policy[policy] = run_policy(api, policy, phases, args.seed, work)
-                print(f"  {figures(by_policy[policy], phases, target_ms)}", flush=True)
+            for name, run in runs.items():
+                print(f"{name} ...", flush=True)
+                by_policy[name] = run_policy(api, run, phases, args.seed, work)
+                print(f"  {figures(by_policy[name], phases, target_ms)}", flush=True)
         finally:
             cost_workload.set_prices(core, dict.fromkeys(cost_workload.pool_prices()))
             if not second_was_up:
                 localnodes.remove(core, "local-1")
     RESULTS.mkdir(exist_ok=True)
-    text = write_report(by_policy, phases, started, (before, os.getloadavg()), target_ms, max_r)
+    text = write_report(by_policy, runs, phases, started, (before, os.getloadavg()), target_ms, max_r)
     (RESULTS / "cost.md").write_text(text)
     print(text)
 

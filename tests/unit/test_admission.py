@@ -243,6 +243,22 @@ def test_batcher_settings_are_no_finding_where_the_spec_may_run_the_batcher():
         assert checks.check_batcher_settings(spec_of(serving=serving)) == []
 
 
+def test_burst_capacity_under_per_class_is_admitted_with_a_warning_naming_it():
+    spec = spec_of(slo={"targetMilliseconds": 50, "burstRequestsPerSecond": 20})
+    (finding,) = checks.review(spec, "ns", file_roots=[ROOT], exists=nothing_missing, nodes=default_fleet())
+    assert not finding.is_error and (finding.reason, finding.field) == (
+        "UnusedBurstCapacity",
+        "spec.slo.burstRequestsPerSecond",
+    )
+    assert finding.message == (
+        "spec.slo.burstRequestsPerSecond: 20 req/s is unused: only placement LeastCost keeps burst capacity "
+        "(PerClass scales each class alone on its own latency); set spec.slo.placement: LeastCost, or remove it"
+    )
+    used = spec_of(slo={"targetMilliseconds": 50, "burstRequestsPerSecond": 20, "placement": "LeastCost"})
+    assert checks.check_burst_capacity(used) == []
+    assert checks.check_burst_capacity(spec_of(slo={"targetMilliseconds": 50})) == []
+
+
 def _status(spec_valid, compile_jobs=None, rollouts=None):
     target = HardwareClass(name="cpu", kind="CPU", product="cpu", node_selector={}, nodes=("local-0",))
     model = {"metadata": {"name": "m", "generation": 2}, "spec": {}}

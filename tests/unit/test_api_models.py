@@ -169,6 +169,7 @@ def test_python_names_are_accepted_too():
             "spec.slo.placement: placement LeastCost needs mode: Operator",
         ),
         ({"slo": {"targetMilliseconds": 20, "placement": "Cheapest"}}, "spec.slo.placement"),
+        ({"slo": {"targetMilliseconds": 20, "burstRequestsPerSecond": -1}}, "spec.slo.burstRequestsPerSecond"),
         (
             {
                 "hardware.mode": "Explicit",

@@ -211,6 +211,21 @@ def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, promethe
     assert met["message"].startswith("p95 within 25 ms; 300 req/s at the least cost, 3.2/h: nvidia-l4 4 x 80 req/s")
 
 
+def test_burst_capacity_keeps_spare_replicas_through_a_low_load(tmp_path, clock, prometheus):
+    model = least_cost_model()
+    model["spec"]["slo"]["burstRequestsPerSecond"] = 200
+    cluster = Cluster(tmp_path, model, {L4: (1, 1), A100: (0, 0)})
+    prometheus.append(cluster)
+    cluster.serve(L4, 60)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    # 60 req/s needs 1 L4 (80 counted); with 200 req/s of burst capacity, 260 needs 4 L4 (3.20/h), which
+    # beats 2 A100 (4.00/h)
+    assert replicas == {L4: 4, A100: 0}
+    met = find(status_of(observed)["conditions"], "SLOMet")
+    assert (met["status"], met["reason"]) == ("True", "WithinTarget")
+    assert "60 req/s + 200 req/s of burst capacity at the least cost, 3.2/h: nvidia-l4 4 x 80 req/s" in met["message"]
+
+
 def test_a_full_cheap_pool_spills_to_the_next_cheapest_class_and_says_so(tmp_path, clock, prometheus):
     model = least_cost_model()
     # L4 runs 2 replicas; its third is Pending, Unschedulable: another workload holds the other GPUs

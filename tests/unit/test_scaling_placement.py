@@ -115,6 +115,28 @@ def test_insufficient_capacity_with_a_full_pool_counts_only_what_runs():
     assert alone.spills[0].message.endswith("the placement wants 5; no other class could take it")
 
 
+def test_burst_capacity_is_carried_above_the_demand_at_the_least_cost():
+    placement = place([H100, L4], 150, burst=200)
+    # 350 req/s to carry: 4 x l4 (3.2/h) rather than the 2 that the demand alone needs
+    assert placement.replicas == {"l4": 4, "h100": 0}
+    assert placement.reason == LEAST_COST and placement.slo_met and placement.shortfall == 0
+    assert placement.message.startswith("150 req/s + 200 req/s of burst capacity at the least cost, 3.2/h: ")
+    assert place([H100, L4], 150).replicas == {"l4": 2, "h100": 0}
+
+
+def test_a_burst_capacity_the_classes_cannot_carry_takes_the_most_and_the_slo_still_counts_the_demand():
+    classes = [offer("l4", 100, 0.8, max_replicas=3), offer("h100", 400, 4.0, max_replicas=2)]
+    placement = place(classes, 500, burst=1000)
+    assert placement.replicas == {"l4": 0, "h100": 2}  # the most capacity: 800 req/s
+    assert placement.reason == LEAST_COST and placement.slo_met
+    assert placement.message.startswith(
+        "500 req/s + 1000 req/s of burst capacity, of which the classes carry 300 at most, with as many "
+        "replicas as can serve, at 8/h: "
+    )
+    short = place(classes, 900, burst=1000)
+    assert short.reason == INSUFFICIENT_CAPACITY and short.shortfall == 100  # the demand alone is short
+
+
 def test_prices_missing_fall_back_to_the_fewest_replicas():
     unpriced = offer("l4", 100, None)
     placement = place([H100, unpriced], 500)

@@ -46,9 +46,10 @@ REPLICA_CPU = 0.1  # cores a replica requests: its price is this times the price
 NAME = "two-class-simulation"
 
 
-def manifest(namespace: str, placement: str, max_replicas: int = 6) -> dict:
+def manifest(namespace: str, placement: str, max_replicas: int = 6, burst: float = 0.0) -> dict:
     """The InferenceModel: SIMULATED's classifier interface and batcher (one request per execution),
-    served on the two pools, SLO p95 < 100 ms, minReplicas 0 (PerClass keeps 1 per class anyway)."""
+    served on the two pools, SLO p95 < 100 ms, minReplicas 0 (PerClass keeps 1 per class anyway);
+    `burst`: slo.burstRequestsPerSecond (LeastCost only), unset when 0."""
     spec = copy.deepcopy(SIMULATED.spec)
     spec["hardware"] = {
         "mode": "Explicit",
@@ -61,7 +62,7 @@ def manifest(namespace: str, placement: str, max_replicas: int = 6) -> dict:
         "maxReplicas": max_replicas,
         "scaleDownStabilizationSeconds": 20,
         "placement": placement,
-    }
+    } | ({"burstRequestsPerSecond": burst} if burst else {})
     meta = {"name": NAME, "namespace": namespace}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceModel", "metadata": meta, "spec": spec}
 
@@ -82,9 +83,11 @@ def targets(api: client.ApiClient, model: dict) -> dict[str, HardwareClass]:
     return {t.name: t for t in found}
 
 
-def deploy(api: client.ApiClient, registry_uri: str, namespace: str, placement: str, work_dir: Path) -> dict[str, str]:
+def deploy(
+    api: client.ApiClient, registry_uri: str, namespace: str, placement: str, work_dir: Path, burst: float = 0.0
+) -> dict[str, str]:
     """Publish each pool's SIMULATED engine, apply the model; returns each pool's Deployment name."""
-    model = manifest(namespace, placement)
+    model = manifest(namespace, placement, burst=burst)
     found = targets(api, model)
     inputs, outputs = SIMULATED.tensors()
     for pool in POOLS:

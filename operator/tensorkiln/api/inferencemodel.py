@@ -466,6 +466,20 @@ class SLO(SpecModel):
             "with the shortfall in requests per second. Scaling down keeps the stabilization windows."
         ),
     )
+    burst_requests_per_second: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Placement LeastCost only (set under PerClass, it is unused and admission warns, naming it): spare "
+            "capacity, in requests per second, kept above the demand, so that "
+            "a burst of this size is served within the target at once. Scaling needs seconds to see a burst and "
+            "new replicas more to become ready, and at the least cost the replicas run near their capacity. "
+            "The placement carries the demand plus this, at the least cost (like Knative's "
+            "target-burst-capacity); the spare replicas cost what they cost. When the classes cannot carry it "
+            "all, they run as many replicas as can serve, and SLOMet stays True while the demand itself is "
+            "carried. 0: no spare capacity."
+        ),
+    )
 
     @model_validator(mode="after")
     def _derive_unset(self) -> SLO:

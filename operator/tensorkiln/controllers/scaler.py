@@ -279,9 +279,10 @@ class Scaler:
         }
         demand = sum(_demand(obs) for obs in readings.values())
         offered = [o.offer for o in offers.values()]
-        placement = place(offered, demand, KEEP_WITHIN)
+        burst = slo.get("burstRequestsPerSecond", 0.0)
+        placement = place(offered, demand, KEEP_WITHIN, burst)
         # What a scale-down goes by: the placement of the demand over the headroom (Wish.keeps).
-        keeps = place(offered, demand / Policy.headroom, KEEP_WITHIN).replicas
+        keeps = place(offered, demand / Policy.headroom, KEEP_WITHIN, burst).replicas
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
             wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]))

@@ -11,6 +11,8 @@ URI scheme, a `..` segment. These checks need the operator's settings or the clu
   meet it);
 - a dynamic batcher setting the spec sets where the spec itself runs no dynamic batcher
   (builders.batcher_fields): warning, not refused (that module says why), naming the field.
+- burst capacity (slo.burstRequestsPerSecond) under placement PerClass, which keeps none: warning, not
+  refused, so that the field set alone is admitted like every other (tests/unit/test_api_defaults_fit_together).
 
 The admission webhook (tensorkiln.admission.webhook) refuses errors and returns warnings; the
 reconciler reports the same findings as the `SpecValid` condition, and compiles nothing while
@@ -40,6 +42,7 @@ MISSING_SECRET = "MissingSecret"
 NO_MATCHING_NODES = "NoMatchingNodes"
 TARGET_BELOW_MEASURED_LATENCY = "TargetBelowMeasuredLatency"
 UNUSED_BATCHER_SETTINGS = "UnusedBatcherSettings"
+UNUSED_BURST_CAPACITY = "UnusedBurstCapacity"
 
 # exists(kind, name): True, False, or None when the operator may not look (RBAC): then no finding.
 Exists = Callable[[str, str], bool | None]
@@ -209,6 +212,20 @@ def check_batcher_settings(spec: dict) -> list[Finding]:
     return [Finding(WARNING, UNUSED_BATCHER_SETTINGS, *unused)] if unused else []
 
 
+def check_burst_capacity(spec: dict) -> list[Finding]:
+    """Warn when spec.slo.burstRequestsPerSecond is set where no least-cost placement keeps it (placement PerClass)."""
+    slo = spec.get("slo") or {}
+    burst = slo.get("burstRequestsPerSecond") or 0
+    if not burst or slo.get("placement") == "LeastCost":
+        return []
+    field = "spec.slo.burstRequestsPerSecond"
+    message = (
+        f"{field}: {burst:g} req/s is unused: only placement LeastCost keeps burst capacity (PerClass scales each "
+        "class alone on its own latency); set spec.slo.placement: LeastCost, or remove it"
+    )
+    return [Finding(WARNING, UNUSED_BURST_CAPACITY, field, message)]
+
+
 def review(
     spec: dict,
     namespace: str,
@@ -226,6 +243,7 @@ def review(
     findings += check_hardware(spec, nodes)
     findings += check_slo_target(spec, measured or {})
     findings += check_batcher_settings(spec)
+    findings += check_burst_capacity(spec)
     return sorted(findings, key=lambda f: not f.is_error)
 
 

@@ -51,6 +51,10 @@ What runs is kept (place's keep_within, the scaler's KEEP_WITHIN) while it meets
 cost within a small fraction of the least: capacity figures are measured, so two placements of
 about the same cost would otherwise take turns as the figures move (and every turn starts pods).
 
+Burst capacity (spec.slo.burstRequestsPerSecond, B): the placement is solved for D + B, so that a burst of
+B requests/s is carried within the target before scaling can see it and new replicas become ready. When
+no placement carries D + B, the one with the most capacity is used; only D counts for the SLO.
+
 Zero demand with every minimum 0 would leave the model with no replica, which then never sees
 the demand come back: the placement keeps one replica on the cheapest class that can run one.
 
@@ -239,30 +243,35 @@ def _describe(classes: list[_Class], replicas: list[int], priced: bool) -> str:
     return ", ".join(parts)
 
 
-def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0) -> Placement:
+def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, burst: float = 0.0) -> Placement:
     """Replicas per class meeting `demand` (requests/s) at the least cost per hour; see the module doc.
 
     `keep_within`: what runs (each class's `running`, within its bounds) is kept while it meets the
     demand and costs at most this fraction more than the least cost, so that two placements of about
-    the same cost, between which noisy capacity figures would flip, do not take turns."""
+    the same cost, between which noisy capacity figures would flip, do not take turns.
+    `burst`: spare requests/s to carry above the demand (spec.slo.burstRequestsPerSecond); the placement
+    carries demand + burst, and when no placement can, the most capacity. Only the demand counts for
+    the SLO: a burst capacity the classes cannot carry is said in the message, not as a shortfall."""
     unpriced = sorted(
         o.hardware_class + (f" ({o.price_error})" if o.price_error else "") for o in offers if o.price is None
     )
     priced = not unpriced
     classes = sorted(_prepare(offers, priced, pool_limits=True), key=_order)
     running = {o.hardware_class: o.running for o in offers}
-    wanted = Fraction(max(demand, 0.0))
+    wanted = Fraction(max(demand, 0.0)) + Fraction(max(burst, 0.0))
     if wanted <= 0 and all(cls.low == 0 for cls in classes):
         chosen = _one_replica(classes)
     else:
         chosen = _solve(classes, wanted, running)
+    carries_all = chosen is not None
     if chosen is None:
         chosen = _most_capacity(classes)
     least = _cost(classes, chosen)
     kept = _kept(classes, chosen, wanted, keep_within) if priced else None
     chosen = kept or chosen
     capacity, shares = _figures(classes, chosen)
-    shortfall = max(Fraction(max(demand, 0.0)) - capacity, Fraction(0))
+    demanded = Fraction(max(demand, 0.0))
+    shortfall = max(demanded - capacity, Fraction(0))
     cost = _cost(classes, chosen) if priced else None
     spills = _spills(offers, classes, chosen, wanted, priced, running)
     arithmetic = _describe(classes, chosen, priced)
@@ -272,17 +281,26 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0) -> 
             f"demand {demand:g} req/s exceeds the most the classes can serve, {float(capacity):.4g} req/s"
             f" ({arithmetic}): short by {float(shortfall):g} req/s"
         )
-    elif priced:
-        reason = LEAST_COST
-        how = f"as it runs, {float(cost):g}/h, within {keep_within:.0%} of the least cost, {float(least):g}/h"
-        how = how if kept else f"at the least cost, {float(cost):g}/h"
-        message = f"{demand:g} req/s {how}: {arithmetic} = {float(capacity):.4g} req/s"
     else:
-        reason = FEWEST_REPLICAS
-        message = (
-            f"no price for {', '.join(unpriced)}: the fewest replicas meeting {demand:g} req/s, "
-            f"{sum(chosen)}: {arithmetic} = {float(capacity):.4g} req/s"
-        )
+        carried = f"{demand:g} req/s" + (f" + {burst:g} req/s of burst capacity" if burst > 0 else "")
+        if not carries_all and burst > 0:
+            spare = float(capacity - demanded)
+            carried += f", of which the classes carry {spare:.4g} at most, with as many replicas as can serve"
+        if priced:
+            reason = LEAST_COST
+            how = f" as it runs, {float(cost):g}/h, within {keep_within:.0%} of the least cost, {float(least):g}/h"
+            how = (
+                how
+                if kept
+                else (f" at the least cost, {float(cost):g}/h" if carries_all else f", at {float(cost):g}/h")
+            )
+            message = f"{carried}{how}: {arithmetic} = {float(capacity):.4g} req/s"
+        else:
+            reason = FEWEST_REPLICAS
+            message = (
+                f"no price for {', '.join(unpriced)}: the fewest replicas meeting {carried}, "
+                f"{sum(chosen)}: {arithmetic} = {float(capacity):.4g} req/s"
+            )
     if spills:
         message += "; " + "; ".join(spill.message for spill in spills)
     return Placement(
