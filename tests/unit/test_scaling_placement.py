@@ -122,6 +122,8 @@ def test_burst_capacity_is_carried_above_the_demand_at_the_least_cost():
     assert placement.reason == LEAST_COST and placement.slo_met and placement.shortfall == 0
     assert placement.message.startswith("150 req/s + 200 req/s of burst capacity at the least cost, 3.2/h: ")
     assert place([H100, L4], 150).replicas == {"l4": 2, "h100": 0}
+    # a measured rate, to a tenth of a request per second
+    assert place([H100, L4], 78.9699, burst=100.04).message.startswith("79 req/s + 100 req/s of burst capacity at")
 
 
 def test_a_burst_capacity_the_classes_cannot_carry_takes_the_most_and_the_slo_still_counts_the_demand():

@@ -278,11 +278,11 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
     if shortfall > 0:
         reason = INSUFFICIENT_CAPACITY
         message = (
-            f"demand {demand:g} req/s exceeds the most the classes can serve, {float(capacity):.4g} req/s"
+            f"demand {_rate(demand)} req/s exceeds the most the classes can serve, {float(capacity):.4g} req/s"
             f" ({arithmetic}): short by {float(shortfall):g} req/s"
         )
     else:
-        carried = f"{demand:g} req/s" + (f" + {burst:g} req/s of burst capacity" if burst > 0 else "")
+        carried = f"{_rate(demand)} req/s" + (f" + {_rate(burst)} req/s of burst capacity" if burst > 0 else "")
         if not carries_all and burst > 0:
             spare = float(capacity - demanded)
             carried += f", of which the classes carry {spare:.4g} at most, with as many replicas as can serve"
@@ -314,6 +314,12 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
         shares=shares,
         spills=spills,
     )
+
+
+def _rate(requests_per_second: float) -> str:
+    """A request rate as messages give it: to a tenth of a request per second (a measured rate has more
+    digits than it means), without trailing zeros."""
+    return f"{requests_per_second:.1f}".rstrip("0").rstrip(".")
 
 
 def _cost(classes: list[_Class], replicas: list[int]) -> Fraction:
