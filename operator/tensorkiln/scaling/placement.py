@@ -288,12 +288,12 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
             carried += f", of which the classes carry {spare:.4g} at most, with as many replicas as can serve"
         if priced:
             reason = LEAST_COST
-            how = f" as it runs, {float(cost):g}/h, within {keep_within:.0%} of the least cost, {float(least):g}/h"
-            how = (
-                how
-                if kept
-                else (f" at the least cost, {float(cost):g}/h" if carries_all else f", at {float(cost):g}/h")
-            )
+            if kept:
+                how = f" as it runs, {float(cost):g}/h, within {keep_within:.0%} of the least cost, {float(least):g}/h"
+            elif carries_all:
+                how = f" at the least cost, {float(cost):g}/h"
+            else:  # the most capacity, short of the burst capacity
+                how = f", at {float(cost):g}/h"
             message = f"{carried}{how}: {arithmetic} = {float(capacity):.4g} req/s"
         else:
             reason = FEWEST_REPLICAS
