@@ -19,12 +19,13 @@ from tensorkiln.builders.compilejob import compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers.offers import Pool
-from tensorkiln.controllers.scaler import LeastCostOutcome, Member, Outcome, Scaler, places_least_cost
+from tensorkiln.controllers.scaler import LeastCostOutcome, Member, Outcome, Scaler
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.registry import EngineManifest, Registry, RegistryError
 from tensorkiln.review import cluster as review
 from tensorkiln.review.checks import Finding
+from tensorkiln.scaling.placement import places_least_cost
 from tensorkiln.serving import batcher_choice
 from tensorkiln.settings import Settings
 from tensorkiln.status.serving import Rollout, desired_engine, observe

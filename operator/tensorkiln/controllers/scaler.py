@@ -67,12 +67,6 @@ class LeastCostOutcome:
     events: tuple[tuple[str, str, str], ...] = ()  # model-wide: a spill-over, capacity running short
 
 
-def places_least_cost(spec: dict) -> bool:
-    """spec.slo.placement LeastCost under slo.mode Operator (the CRD admits it with that mode only)."""
-    slo = spec.get("slo") or {}
-    return slo.get("placement") == "LeastCost" and slo.get("mode", "Operator") == "Operator"
-
-
 def policy_of(spec: dict, target: HardwareClass, manifest: EngineManifest | None = None) -> Policy:
     """`manifest`: the engine the target is to serve, whose compile may have chosen its instance count."""
     slo = spec["slo"]

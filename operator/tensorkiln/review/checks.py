@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 from tensorkiln.builders import batcher_fields
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln.scaling.placement import places_least_cost
 from tensorkiln.status.conditions import condition, merge_conditions
 
 ERROR, WARNING = "Error", "Warning"
@@ -214,9 +215,8 @@ def check_batcher_settings(spec: dict) -> list[Finding]:
 
 def check_burst_capacity(spec: dict) -> list[Finding]:
     """Warn when spec.slo.burstRequestsPerSecond is set where no least-cost placement keeps it (placement PerClass)."""
-    slo = spec.get("slo") or {}
-    burst = slo.get("burstRequestsPerSecond") or 0
-    if not burst or slo.get("placement") == "LeastCost":
+    burst = (spec.get("slo") or {}).get("burstRequestsPerSecond") or 0
+    if not burst or places_least_cost(spec):
         return []
     field = "spec.slo.burstRequestsPerSecond"
     message = (

@@ -80,6 +80,12 @@ FEWEST_REPLICAS = "FewestReplicas"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 
 
+def places_least_cost(spec: dict) -> bool:
+    """spec.slo.placement LeastCost under slo.mode Operator (the CRD admits it with that mode only)."""
+    slo = spec.get("slo") or {}
+    return slo.get("placement") == LEAST_COST and slo.get("mode", "Operator") == "Operator"
+
+
 @dataclass(frozen=True)
 class ClassOffer:
     """What one hardware class offers a model: capacity, price, bounds and room in its pool."""
@@ -258,7 +264,8 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
     priced = not unpriced
     classes = sorted(_prepare(offers, priced, pool_limits=True), key=_order)
     running = {o.hardware_class: o.running for o in offers}
-    wanted = Fraction(max(demand, 0.0)) + Fraction(max(burst, 0.0))
+    demanded = Fraction(max(demand, 0.0))
+    wanted = demanded + Fraction(max(burst, 0.0))
     if wanted <= 0 and all(cls.low == 0 for cls in classes):
         chosen = _one_replica(classes)
     else:
@@ -270,7 +277,6 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
     kept = _kept(classes, chosen, wanted, keep_within) if priced else None
     chosen = kept or chosen
     capacity, shares = _figures(classes, chosen)
-    demanded = Fraction(max(demand, 0.0))
     shortfall = max(demanded - capacity, Fraction(0))
     cost = _cost(classes, chosen) if priced else None
     spills = _spills(offers, classes, chosen, wanted, priced, running)
