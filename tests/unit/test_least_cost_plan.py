@@ -107,16 +107,20 @@ class Registry:
 
 
 class Cluster:
-    """The watch cache of one LeastCost model with a Deployment per class, and Triton's figures per class."""
+    """The watch cache of one LeastCost model with a Deployment per class in `replicas` (and the engine alone,
+    compiled but not deployed yet, of each class in `compiled`), and Triton's figures per class."""
 
-    def __init__(self, tmp_path, model, replicas, nodes=NODES, pods=None):
+    def __init__(self, tmp_path, model, replicas, nodes=NODES, pods=None, compiled=()):
         self.model, self.figures = model, {}
         engines = {cls: engine(tmp_path, cls) for cls in CLASSES}
         self.registry = Registry({m.digest(): m for m in engines.values()})
-        objects = list(nodes)
+        jobs = {
+            cls: stored(compile_job(model, CLASSES[cls]), phase="Succeeded", engine={"digest": engines[cls].digest()})
+            for cls in CLASSES
+        }
+        objects = list(nodes) + [jobs[cls] for cls in compiled]
         for cls, (count, ready) in replicas.items():
-            digest = engines[cls].digest()
-            job = stored(compile_job(model, CLASSES[cls]), phase="Succeeded", engine={"digest": digest})
+            job = jobs[cls]
             found = TargetObserved(CLASSES[cls], job, {}, manifest=engines[cls])
             applied = plan_model(snapshot(model, [found]), SETTINGS).targets[0].serving.applies
             held = {obj["kind"]: stored(obj) for obj in applied}
@@ -316,6 +320,44 @@ def test_unused_class_at_zero_replicas_is_not_waited_for(tmp_path, clock, promet
     assert (status["phase"], ready["status"]) == ("Ready", "True")
     assert ready["message"] == f"Triton serves on 1 targets ({A100} unused by the least-cost placement)"
     assert status["costPerHour"] == 1.6
+
+
+def test_a_new_model_starts_only_the_replicas_the_placement_wants(tmp_path, clock, prometheus):
+    # Both engines compiled, no Deployment yet, no demand known: one replica on the cheaper class (per request
+    # served, L4), none on A100, rather than one on each for a scale-down window.
+    cluster = Cluster(tmp_path, least_cost_model(), {}, compiled=(L4, A100))
+    prometheus.append(cluster)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert replicas == {A100: 0, L4: 1}
+    assert observed.least_cost.placement.replicas == {A100: 0, L4: 1}
+    l4, a100 = observed.per_target[L4].slo_outcome, observed.per_target[A100].slo_outcome
+    assert (a100.decision.reason, a100.decision.message, a100.events) == (
+        "Placed",
+        "0 replicas, as the least-cost placement wants",
+        (),
+    )
+    assert (l4.decision.message, [e[:2] for e in l4.events]) == (
+        "the least-cost placement wants 1: 0 -> 1",
+        [("Normal", "ScaledUp")],
+    )
+    # With burst capacity, as many as carry it: 200 req/s is 3 x L4 (240 counted).
+    bursty = least_cost_model()
+    bursty["spec"]["slo"]["burstRequestsPerSecond"] = 200
+    cluster = Cluster(tmp_path, bursty, {}, compiled=(L4, A100))
+    prometheus.append(cluster)
+    assert cluster.reconcile(Scaler(object(), period=10))[1] == {A100: 0, L4: 3}
+
+
+def test_a_class_compiled_later_joins_at_what_the_placement_wants(tmp_path, clock, prometheus):
+    cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2)}, compiled=(A100,))
+    prometheus.append(cluster)
+    cluster.serve(L4, 100)
+    assert cluster.reconcile(Scaler(object(), period=10))[1] == {A100: 0, L4: 2}
+    # No figures yet for the serving class: the placement is held, and the new class starts as without
+    # LeastCost (one replica), not at a placement nobody made.
+    cluster.figures.clear()
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert observed.least_cost.placement is None and replicas == {A100: 1, L4: 2}
 
 
 def test_a_step_is_placed_from_the_recent_window_before_the_rate_window_rises_to_it(tmp_path, clock, prometheus):

@@ -125,28 +125,43 @@ def _gather_target(
     return TargetObserved(target, compile_job, objects, pods, manifest, registry_error, outcome)
 
 
+def _deploying(found: TargetObserved) -> bool:
+    """An engine to serve and no Deployment yet: the plan creates one in this reconcile."""
+    return found.rollout is None and found.engine is not None and found.manifest is not None
+
+
 def _place(
     state: ClusterState, scaler: Scaler, model: dict, spec: dict, nodes: list[dict], per_target: dict
 ) -> tuple[dict, LeastCostOutcome | None]:
-    """A LeastCost model's targets with a Deployment (kwok-simulated ones aside: no Triton runs there),
-    placed together by the scaler: `per_target` with their outcomes, and the placement."""
+    """A LeastCost model's targets with a Deployment, or about to get one (kwok-simulated ones aside: no
+    Triton runs there), placed together by the scaler: `per_target` with their outcomes, and the placement.
+    A target about to get its Deployment counts as one of 0 replicas, so it starts with what the placement
+    wants of it (none, for a class the placement leaves unused), not with a replica that would run, and
+    cost, for a whole scale-down window before the placement could take it away. While the placement is
+    held (no figures yet for a serving target), it starts as without LeastCost (one replica, or minReplicas)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
     members = [
         Member(
-            found.target, found.rollout, _previous_slo(model, found.target), found.engine, found.manifest,
+            found.target, found.rollout or Rollout(found.engine, 0, 0, True), _previous_slo(model, found.target),
+            found.engine, found.manifest,
             Pool(
                 tuple(by_name[n] for n in found.target.nodes if n in by_name), found.pods,
                 lambda names=list(found.target.nodes): state.pods_on(names),
             ),
         )
         for found in per_target.values()
-        if found.rollout is not None and not found.target.simulated
+        if (found.rollout is not None or _deploying(found)) and not found.target.simulated
     ]  # fmt: skip
     if not members:
         return per_target, None
     placed = scaler.place(model, spec, members)
+    outcomes = {
+        name: outcome
+        for name, outcome in placed.outcomes.items()
+        if outcome.decision is not None or not _deploying(per_target[name])
+    }
     return {
-        name: replace(found, slo_outcome=placed.outcomes[name]) if name in placed.outcomes else found
+        name: replace(found, slo_outcome=outcomes[name]) if name in outcomes else found
         for name, found in per_target.items()
     }, placed
 

@@ -46,7 +46,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Member:
-    """One target of a LeastCost model, as the gather step observes it: one with a Deployment."""
+    """One target of a LeastCost model, as the gather step observes it: one with a Deployment, or about to
+    get one (its rollout then of 0 replicas)."""
 
     target: HardwareClass
     rollout: Rollout
