@@ -15,9 +15,9 @@ Missing metrics never move replicas.
 
 Under spec.slo.placement LeastCost the replicas of each class follow the least-cost placement
 (scaling.placement) instead (`follow_placement`): up at once (after the scale-up window; the
-placement goes by the request rate, so no cooldown for a latency reading to catch up), down to the
-most the whole scale-down window wanted (`scale_down_window`, which `decide` uses too), by at most half
-the replicas in one action.
+placement goes by the request rate, so no cooldown for a latency reading to catch up), down one
+replica at a time once the whole scale-down window wanted fewer (`scale_down_window`, which
+`decide` uses too).
 """
 
 import math
@@ -277,11 +277,8 @@ def follow_placement(
     once the scale-up window wanted more throughout, without `decide`'s cooldown or wait for new pods:
     those let a latency reading catch up with the replicas, and the placement goes by the request rate,
     which new pods do not change (so a step met by 2 -> 3 takes the 4th as soon as the rate asks, not a
-    pod start later); down once the scale-down window (scale_down_window) wanted fewer throughout, to the
-    most it wanted (as the HPA goes to its window's highest recommendation), but by at most half the
-    replicas in one action (Knative's max-scale-down-rate of 2: a capacity figure that is too high then
-    costs half the replicas before a latency reading can say so, not all), and never while the target's
-    latency is over target.
+    pod start later); down one replica at a time once the scale-down window (scale_down_window) wanted
+    fewer throughout, and never while the target's latency is over target.
     `bounds`: min and max replicas (min may be 0: a class the placement leaves unused); `slo_met`: the
     target's own latency against the target (None: not observed), which the decision carries."""
     low, high = bounds
@@ -307,12 +304,10 @@ def follow_placement(
     if floor < current:
         window = scale_down_window(wishes, policy, last_scale_at, now)
         if window and all(w.floor <= current - 1 for w in window):
-            most = max(w.floor for w in window)
-            to = max(most, current // 2)
             return Decision(
-                to, "ScaledDown",
+                current - 1, "ScaledDown",
                 f"for {policy.scale_down_stabilization_s:g}s the least-cost placement wanted at most "
-                f"{most}{_with_headroom(policy)}: {current} -> {to}{_halved(most, to)}",
+                f"{max(w.floor for w in window)}{_with_headroom(policy)}: {current} -> {current - 1}",
                 slo_met,
             )  # fmt: skip
         return Decision(
@@ -329,10 +324,6 @@ def follow_placement(
             slo_met,
         )  # fmt: skip
     return Decision(current, "Placed", f"{replicas}, as the least-cost placement wants", slo_met)
-
-
-def _halved(most: int, to: int) -> str:
-    return " (at most half the replicas go in one action)" if to > most else ""
 
 
 def _with_headroom(policy: Policy) -> str:
