@@ -346,6 +346,12 @@ def test_a_new_model_starts_only_the_replicas_the_placement_wants(tmp_path, cloc
     cluster = Cluster(tmp_path, bursty, {}, compiled=(L4, A100))
     prometheus.append(cluster)
     assert cluster.reconcile(Scaler(object(), period=10))[1] == {A100: 0, L4: 3}
+    # minReplicas 1: each class starts at its minimum, as placed, not "outside the bounds" of a 0 it never ran.
+    cluster = Cluster(tmp_path, least_cost_model(min_replicas=1), {}, compiled=(L4, A100))
+    prometheus.append(cluster)
+    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    assert replicas == {A100: 1, L4: 1}
+    assert {observed.per_target[c].slo_outcome.decision.reason for c in (L4, A100)} == {"Placed"}
 
 
 def test_a_class_compiled_later_joins_at_what_the_placement_wants(tmp_path, clock, prometheus):

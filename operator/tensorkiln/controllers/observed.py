@@ -135,14 +135,16 @@ def _place(
 ) -> tuple[dict, LeastCostOutcome | None]:
     """A LeastCost model's targets with a Deployment, or about to get one (kwok-simulated ones aside: no
     Triton runs there), placed together by the scaler: `per_target` with their outcomes, and the placement.
-    A target about to get its Deployment counts as one of 0 replicas, so it starts with what the placement
-    wants of it (none, for a class the placement leaves unused), not with a replica that would run, and
-    cost, for a whole scale-down window before the placement could take it away. While the placement is
-    held (no figures yet for a serving target), it starts as without LeastCost (one replica, or minReplicas)."""
+    A target about to get its Deployment counts as one at its minimum, so it starts with what the placement
+    wants of it (none, for a class the placement leaves unused with minReplicas 0), not with a replica that
+    would run, and cost, for a whole scale-down window before the placement could take it away. While the
+    placement is held (no figures yet for a serving target), it starts as without LeastCost (one replica,
+    or minReplicas)."""
     by_name = {n["metadata"]["name"]: n for n in nodes}
     members = [
         Member(
-            found.target, found.rollout or Rollout(found.engine, 0, 0, True), _previous_slo(model, found.target),
+            found.target, found.rollout or Rollout(found.engine, spec["slo"]["minReplicas"], 0, True),
+            _previous_slo(model, found.target),
             found.engine, found.manifest,
             Pool(
                 tuple(by_name[n] for n in found.target.nodes if n in by_name), found.pods,

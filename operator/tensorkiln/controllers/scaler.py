@@ -47,7 +47,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Member:
     """One target of a LeastCost model, as the gather step observes it: one with a Deployment, or about to
-    get one (its rollout then of 0 replicas)."""
+    get one (its rollout then at minReplicas, none ready)."""
 
     target: HardwareClass
     rollout: Rollout
