@@ -132,7 +132,7 @@ def test_a_burst_capacity_the_classes_cannot_carry_takes_the_most_and_the_slo_st
     assert placement.replicas == {"l4": 0, "h100": 2}  # the most capacity: 800 req/s
     assert placement.reason == LEAST_COST and placement.slo_met
     assert placement.message.startswith(
-        "500 req/s + 1000 req/s of burst capacity, of which the classes carry 300 at most, with as many "
+        "500 req/s + 1000 req/s of burst capacity, of which the classes carry 300 req/s at most, with as many "
         "replicas as can serve, at 8/h: "
     )
     short = place(classes, 900, burst=1000)

@@ -242,7 +242,7 @@ def _describe(classes: list[_Class], replicas: list[int], priced: bool) -> str:
     parts = []
     for cls, n in zip(classes, replicas):
         o = cls.offer
-        text = f"{o.hardware_class} {n} x {o.capacity:.4g} req/s"
+        text = f"{o.hardware_class} {n} x {_rate(o.capacity)} req/s"
         if priced:
             text += f" at {o.price:g}/h each"
         parts.append(text)
@@ -284,14 +284,14 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
     if shortfall > 0:
         reason = INSUFFICIENT_CAPACITY
         message = (
-            f"demand {_rate(demand)} req/s exceeds the most the classes can serve, {float(capacity):.4g} req/s"
-            f" ({arithmetic}): short by {float(shortfall):g} req/s"
+            f"demand {_rate(demand)} req/s exceeds the most the classes can serve, {_rate(capacity)} req/s"
+            f" ({arithmetic}): short by {_rate(shortfall)} req/s"
         )
     else:
         carried = f"{_rate(demand)} req/s" + (f" + {_rate(burst)} req/s of burst capacity" if burst > 0 else "")
         if not carries_all and burst > 0:
             spare = float(capacity - demanded)
-            carried += f", of which the classes carry {spare:.4g} at most, with as many replicas as can serve"
+            carried += f", of which the classes carry {_rate(spare)} req/s at most, with as many replicas as can serve"
         if priced:
             reason = LEAST_COST
             if kept:
@@ -300,12 +300,12 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
                 how = f" at the least cost, {float(cost):g}/h"
             else:  # the most capacity, short of the burst capacity
                 how = f", at {float(cost):g}/h"
-            message = f"{carried}{how}: {arithmetic} = {float(capacity):.4g} req/s"
+            message = f"{carried}{how}: {arithmetic} = {_rate(capacity)} req/s"
         else:
             reason = FEWEST_REPLICAS
             message = (
                 f"no price for {', '.join(unpriced)}: the fewest replicas meeting {carried}, "
-                f"{sum(chosen)}: {arithmetic} = {float(capacity):.4g} req/s"
+                f"{sum(chosen)}: {arithmetic} = {_rate(capacity)} req/s"
             )
     if spills:
         message += "; " + "; ".join(spill.message for spill in spills)
@@ -322,10 +322,10 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
     )
 
 
-def _rate(requests_per_second: float) -> str:
+def _rate(requests_per_second: float | Fraction) -> str:
     """A request rate as messages give it: to a tenth of a request per second (a measured rate has more
     digits than it means), without trailing zeros."""
-    return f"{requests_per_second:.1f}".rstrip("0").rstrip(".")
+    return f"{float(requests_per_second):.1f}".rstrip("0").rstrip(".")
 
 
 def _cost(classes: list[_Class], replicas: list[int]) -> Fraction:
