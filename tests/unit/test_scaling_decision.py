@@ -163,6 +163,18 @@ def test_a_placement_that_wants_fewer_scales_down_one_replica_once_the_whole_win
     assert follow_placement(wishes(*[0] * 8), 1, (0, 8), POLICY, None, 300, True).replicas == 0  # minReplicas 0
 
 
+def test_a_scale_down_window_that_is_a_multiple_of_the_evaluation_period_is_not_missed():
+    # Evaluated every 10.05 s (the 10 s period and a reconcile's own time): a 60 s window holds 5 wishes, the
+    # first 50.25 s back. The trial of a 60 s window held 3 replicas for minutes with the placement wanting 1.
+    paced = [Wish(300 - (20 - i) * 10.05, 1) for i in range(21)]
+    down = follow_placement(paced, 3, (0, 8), POLICY, None, 300, True)
+    assert (down.replicas, down.reason) == (2, "ScaledDown")
+    samples = [Sample(300 - (20 - i) * 10.05, 20.0, 3, rate=10.0, busy=0.3, service_ms=10.0) for i in range(21)]
+    assert decide(samples, 3, 3, POLICY, None, 300).reason == "ScaledDown"
+    # A restart (or a new target) still waits a whole window: the records begin 50 s back.
+    assert follow_placement(paced[-6:], 3, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"
+
+
 def test_a_placement_scales_down_only_once_it_would_with_the_scale_down_headroom_too():
     # A demand at a capacity boundary: 1 replica at the demand, 2 at the demand over the headroom.
     # 3 go to 2, and 2 stay: the demand must fall by the headroom's margin before the 2nd goes.

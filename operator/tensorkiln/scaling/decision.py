@@ -100,7 +100,10 @@ def scale_down_window(records: list, policy: Policy, last_scale_at: float | None
     if _cooling(policy, last_scale_at, now) or (last_scale_at is not None and now - last_scale_at < window_s):
         return None
     window = _over_window(records, now, window_s)
-    return window if window and window[0].at <= now - window_s + 5 else None
+    # Observed from its start: the records reach back to the window's start. (Asking for a record within a
+    # few seconds of the start instead missed it for good when evaluations ran a little over the period
+    # apart: six 10.05 s apart span 60.3 s, so a 60 s window always began about 10 s before its first.)
+    return window if window and records[0].at <= now - window_s else None
 
 
 def capacity_per_replica(samples: list[Sample], target_ms: float) -> float | None:
