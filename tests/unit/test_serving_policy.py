@@ -37,6 +37,14 @@ def test_replicas_added_to_a_rolled_out_deployment_are_scaling_not_a_rollout():
     assert not observe(unseen).scaling  # the controller has not seen the new template
 
 
+def test_replicas_removed_from_a_rolled_out_deployment_are_scaling_not_a_rollout():
+    # 3 -> 2, the third pod not gone yet: a trial's phase went Ready -> Deploying -> Ready at each scale-down.
+    removing = observe(
+        deployment(observedGeneration=3, replicas=3, updatedReplicas=3, availableReplicas=3, readyReplicas=3)
+    )
+    assert not removing.updated and removing.scaling
+
+
 def test_a_new_engine_replaces_the_served_one_only_once_compiled():
     serving = Rollout(D1, 1, 1, True)
     assert desired_engine({"status": {"phase": "Succeeded", "engine": {"digest": D2}}}, serving) == D2

@@ -14,8 +14,9 @@ class Rollout:
     ready_replicas: int
     updated: bool  # every replica runs the current template and the controller has seen it
     problem: str | None = None  # why new pods do not start, when they do not
-    # Not updated only because replicas were added: every pod runs the current template, some serve, the
-    # added ones start. A scale action is no rollout (Deployed stays True, the phase Ready).
+    # Not updated only because replicas were added or removed: every pod runs the current template, some
+    # serve, the added ones start or the removed ones stop. A scale action is no rollout (Deployed stays
+    # True, the phase Ready).
     scaling: bool = False
 
     @property
@@ -35,7 +36,9 @@ def observe(deployment: dict | None) -> Rollout | None:
     )
     available = status.get("availableReplicas", 0)
     updated = current and status.get("updatedReplicas", 0) == replicas and available >= replicas
-    scaling = current and not updated and 0 < available < replicas
+    # Every pod on the current template, the controller has seen it, and some serve: only the count differs,
+    # replicas being added (some start) or removed (some still terminating).
+    scaling = current and not updated and available > 0
     return Rollout(annotations.get(ENGINE_DIGEST), replicas, status.get("readyReplicas", 0), updated, scaling=scaling)
 
 
