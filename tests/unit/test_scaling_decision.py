@@ -173,6 +173,12 @@ def test_a_scale_down_window_that_is_a_multiple_of_the_evaluation_period_is_not_
     assert decide(samples, 3, 3, POLICY, None, 300).reason == "ScaledDown"
     # A restart (or a new target) still waits a whole window: the records begin 50 s back.
     assert follow_placement(paced[-6:], 3, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"
+    # So does an outage of the metrics: no wishes from 200 s to 280 s, then two that want fewer.
+    outage = [w for w in paced if not 200 <= w.at < 280]
+    assert follow_placement(outage, 3, (0, 8), POLICY, None, 300, True).reason == "StabilizingDown"
+    # One evaluation missed (20 s between two) is no outage.
+    missed = [w for i, w in enumerate(paced) if i != 18]
+    assert follow_placement(missed, 3, (0, 8), POLICY, None, 300, True).replicas == 2
 
 
 def test_a_placement_scales_down_only_once_it_would_with_the_scale_down_headroom_too():

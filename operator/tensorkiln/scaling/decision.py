@@ -21,6 +21,7 @@ replica at a time once the whole scale-down window wanted fewer (`scale_down_win
 """
 
 import math
+import statistics
 from dataclasses import dataclass
 
 
@@ -100,10 +101,22 @@ def scale_down_window(records: list, policy: Policy, last_scale_at: float | None
     if _cooling(policy, last_scale_at, now) or (last_scale_at is not None and now - last_scale_at < window_s):
         return None
     window = _over_window(records, now, window_s)
-    # Observed from its start: the records reach back to the window's start. (Asking for a record within a
-    # few seconds of the start instead missed it for good when evaluations ran a little over the period
-    # apart: six 10.05 s apart span 60.3 s, so a 60 s window always began about 10 s before its first.)
-    return window if window and records[0].at <= now - window_s else None
+    return window if window and _observed_throughout(records, now - window_s) else None
+
+
+def _observed_throughout(records: list, start: float) -> bool:
+    """The records (oldest first) cover the time since `start` without a gap: one is at or before it, and from that
+    one on none follows the one before by more than 3 times the usual (median) spacing of them all (a missed
+    evaluation or two passes), so neither a restart's empty memory nor an outage of the metrics passes for a
+    window of wishes. (Asking for a record within 5 s of the start instead missed it for good when
+    evaluations ran a little over the period apart: six 10.05 s apart span 60.3 s, so a 60 s window always
+    began about 10 s before its first record.)"""
+    times = [r.at for r in records]
+    first = sum(1 for t in times if t <= start) - 1  # the last record at or before the start
+    if first < 0 or len(times) < 2:
+        return False
+    spacing = statistics.median(b - a for a, b in zip(times, times[1:]))
+    return all(b - a <= 3 * spacing for a, b in zip(times[first:], times[first + 1 :]))
 
 
 def capacity_per_replica(samples: list[Sample], target_ms: float) -> float | None:
