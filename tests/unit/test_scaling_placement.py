@@ -124,6 +124,9 @@ def test_burst_capacity_is_carried_above_the_demand_at_the_least_cost():
     assert place([H100, L4], 150).replicas == {"l4": 2, "h100": 0}
     # a measured rate, to a tenth of a request per second
     assert place([H100, L4], 78.9699, burst=100.04).message.startswith("79 req/s + 100 req/s of burst capacity at")
+    # under 1 req/s, two significant digits: a large model's replica may serve a few hundredths
+    slow = place([offer("big", 0.04, 1.0)], 0.1234)
+    assert slow.message == "0.12 req/s at the least cost, 4/h: big 4 x 0.04 req/s at 1/h each = 0.16 req/s"
 
 
 def test_a_burst_capacity_the_classes_cannot_carry_takes_the_most_and_the_slo_still_counts_the_demand():

@@ -324,8 +324,10 @@ def place(offers: list[ClassOffer], demand: float, keep_within: float = 0.0, bur
 
 def _rate(requests_per_second: float | Fraction) -> str:
     """A request rate as messages give it: to a tenth of a request per second (a measured rate has more
-    digits than it means), without trailing zeros."""
-    return f"{float(requests_per_second):.1f}".rstrip("0").rstrip(".")
+    digits than it means), without trailing zeros; under 1, two significant digits (a replica of a large
+    model may serve 0.04 req/s, which a tenth would read as 0)."""
+    rate = float(requests_per_second)
+    return f"{rate:.2g}" if 0 < rate < 1 else f"{rate:.1f}".rstrip("0").rstrip(".")
 
 
 def _cost(classes: list[_Class], replicas: list[int]) -> Fraction:
