@@ -308,6 +308,23 @@ def test_a_class_the_placement_leaves_unused_goes_down_only_after_the_scale_down
     assert [e[:2] for e in a100.events] == [("Normal", "ScaledDown")]
 
 
+def test_a_scale_down_window_longer_than_the_default_history_still_ends(tmp_path, clock, prometheus):
+    # The API allows windows up to 3600 s; the records were kept 900 s, so a longer window was never observed
+    # from its start, and the class it would take away ran on.
+    model = least_cost_model()
+    model["spec"]["slo"]["scaleDownStabilizationSeconds"] = 1200
+    cluster = Cluster(tmp_path, model, {L4: (2, 2), A100: (1, 1)})
+    prometheus.append(cluster)
+    scaler = Scaler(object(), period=10)
+    written = []
+    for _ in range(121):  # every 10 s: 140 req/s fits 2 x L4 (160 counted), A100 unwanted throughout
+        cluster.serve(L4, 100)
+        cluster.serve(A100, 40)
+        written.append(cluster.reconcile(scaler)[1][A100])
+        clock.at += 10
+    assert written == [1] * 120 + [0]  # down once the 1200 s window has been observed
+
+
 def test_unused_class_at_zero_replicas_is_not_waited_for(tmp_path, clock, prometheus):
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
     prometheus.append(cluster)

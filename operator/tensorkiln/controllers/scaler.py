@@ -29,6 +29,15 @@ from tensorkiln.status.conditions import timestamp
 from tensorkiln.status.serving import Rollout
 
 HISTORY_SECONDS = 900
+
+
+def kept_for(spec: dict) -> float:
+    """How far back a target's records (samples, wishes) are kept: HISTORY_SECONDS, or its scale-down window
+    and a minute where that is longer (the API allows 3600 s): a window longer than its records is never
+    observed from its start, and would never scale down."""
+    return max(HISTORY_SECONDS, spec["slo"]["scaleDownStabilizationSeconds"] + 60)
+
+
 IDLE_RATE = 0.05  # requests/s below which a target counts as idle
 # A LeastCost model keeps the replicas it runs while they meet the demand at most this much above the least
 # cost (scaling.placement.place): near-equal placements would otherwise take turns as capacity figures move.
@@ -108,9 +117,9 @@ class Scaler:
         self._warned_placement: dict[tuple[str, str], tuple] = {}  # the spill and shortfall last warned of
         self._lock = threading.Lock()
 
-    def _record(self, key: tuple[str, str, str], sample: Sample) -> list[Sample]:
+    def _record(self, key: tuple[str, str, str], sample: Sample, keep_s: float) -> list[Sample]:
         with self._lock:
-            samples = [s for s in self._history.get(key, []) if s.at > sample.at - HISTORY_SECONDS]
+            samples = [s for s in self._history.get(key, []) if s.at > sample.at - keep_s]
             if not samples or sample.at - samples[-1].at >= 1:
                 samples.append(sample)
             self._history[key] = samples
@@ -164,15 +173,17 @@ class Scaler:
             return None, Outcome(hold, previous, (False, "NoData", "no Triton metrics yet; holding replicas"), None)
         return obs, None
 
-    def _sample(self, key: tuple[str, str, str], obs: Observation, rollout: Rollout, now: float) -> list[Sample]:
-        """Record the observation in the target's history; returns the history, newest last."""
+    def _sample(
+        self, key: tuple[str, str, str], obs: Observation, rollout: Rollout, now: float, keep_s: float
+    ) -> list[Sample]:
+        """Record the observation in the target's history (kept for `keep_s`); returns it, newest last."""
         # No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load.
         latency = 0.0 if _idle(obs) else obs.latency_ms
         sample = Sample(
             now, latency, max(rollout.ready_replicas, 1), obs.request_rate, obs.busy, obs.service_ms,
             obs.recent_request_rate,
         )  # fmt: skip
-        return self._record(key, sample)
+        return self._record(key, sample, keep_s)
 
     def _last_scale_at(self, key: tuple[str, str, str], previous: dict) -> float | None:
         # The status this reconcile read may predate this process's last action (a reconcile since
@@ -214,7 +225,7 @@ class Scaler:
         policy = policy_of(spec, target, manifest)
         now = time.time()
         key = (meta["namespace"], meta["name"], target.name)
-        samples = self._sample(key, obs, rollout, now)
+        samples = self._sample(key, obs, rollout, now, kept_for(spec))
         last_scale = self._last_scale_at(key, previous)
         decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
         events, acted = self._act(key, decision, rollout, now)
@@ -258,7 +269,7 @@ class Scaler:
                     held[name] = hold
                 else:
                     readings[name] = obs
-                    self._sample(keys[name], obs, m.rollout, now)
+                    self._sample(keys[name], obs, m.rollout, now, kept_for(spec))
         if held:  # a serving target without figures: the demand is not known, and no target moves
             outcomes = {
                 name: held.get(name) or Outcome(m.rollout.replicas, m.previous, _flowing(readings.get(name)), None)
@@ -280,7 +291,7 @@ class Scaler:
         keeps = place(offered, demand / Policy.headroom, KEEP_WITHIN, burst).replicas
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
-            wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]))
+            wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]), kept_for(spec))
             obs = readings.get(name)
             met = None if obs is None else _idle(obs) or obs.latency_ms <= slo["targetMilliseconds"]
             decisions[name] = follow_placement(
@@ -304,10 +315,11 @@ class Scaler:
         with self._lock:
             return list(self._history.get(key, []))
 
-    def _wish(self, key: tuple[str, str, str], wish: Wish) -> list[Wish]:
-        """Record what the placement wants for a target; returns its recent wishes, newest last."""
+    def _wish(self, key: tuple[str, str, str], wish: Wish, keep_s: float) -> list[Wish]:
+        """Record what the placement wants for a target (kept for `keep_s`); returns its recent wishes, newest
+        last."""
         with self._lock:
-            wishes = [w for w in self._wishes.get(key, []) if w.at > wish.at - HISTORY_SECONDS] + [wish]
+            wishes = [w for w in self._wishes.get(key, []) if w.at > wish.at - keep_s] + [wish]
             self._wishes[key] = wishes
             return list(wishes)
 
