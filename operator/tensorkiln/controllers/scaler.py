@@ -29,19 +29,17 @@ from tensorkiln.status.conditions import timestamp
 from tensorkiln.status.serving import Rollout
 
 HISTORY_SECONDS = 900
-
-
-def kept_for(spec: dict) -> float:
-    """How far back a target's records (samples, wishes) are kept: HISTORY_SECONDS, or its scale-down window
-    and a minute where that is longer (the API allows 3600 s): a window longer than its records is never
-    observed from its start, and would never scale down."""
-    return max(HISTORY_SECONDS, spec["slo"]["scaleDownStabilizationSeconds"] + 60)
-
-
 IDLE_RATE = 0.05  # requests/s below which a target counts as idle
 # A LeastCost model keeps the replicas it runs while they meet the demand at most this much above the least
 # cost (scaling.placement.place): near-equal placements would otherwise take turns as capacity figures move.
 KEEP_WITHIN = 0.10
+
+
+def _kept_for(spec: dict) -> float:
+    """How far back a target's records (samples, wishes) are kept: HISTORY_SECONDS, or its scale-down window
+    and a minute where that is longer (the API allows 3600 s): a window longer than its records is never
+    observed from its start, and would never scale down."""
+    return max(HISTORY_SECONDS, spec["slo"]["scaleDownStabilizationSeconds"] + 60)
 
 
 @dataclass(frozen=True)
@@ -225,7 +223,7 @@ class Scaler:
         policy = policy_of(spec, target, manifest)
         now = time.time()
         key = (meta["namespace"], meta["name"], target.name)
-        samples = self._sample(key, obs, rollout, now, kept_for(spec))
+        samples = self._sample(key, obs, rollout, now, _kept_for(spec))
         last_scale = self._last_scale_at(key, previous)
         decision = decide(samples, rollout.replicas, rollout.ready_replicas, policy, last_scale, now)
         events, acted = self._act(key, decision, rollout, now)
@@ -262,6 +260,7 @@ class Scaler:
         keys = {name: (meta["namespace"], meta["name"], name) for name in by_name}
         readings: dict[str, Observation] = {}
         held: dict[str, Outcome] = {}
+        keep_s = _kept_for(spec)
         for name, m in by_name.items():
             if m.rollout.serving:  # a target scaled to 0, or whose pods are starting, has no metrics to read
                 obs, hold = self._observe(model, spec, m.target, m.rollout, m.previous)
@@ -269,7 +268,7 @@ class Scaler:
                     held[name] = hold
                 else:
                     readings[name] = obs
-                    self._sample(keys[name], obs, m.rollout, now, kept_for(spec))
+                    self._sample(keys[name], obs, m.rollout, now, keep_s)
         if held:  # a serving target without figures: the demand is not known, and no target moves
             outcomes = {
                 name: held.get(name) or Outcome(m.rollout.replicas, m.previous, _flowing(readings.get(name)), None)
@@ -291,7 +290,7 @@ class Scaler:
         keeps = place(offered, demand / Policy.headroom, KEEP_WITHIN, burst).replicas
         decisions, events, acted = {}, {}, {}
         for name, m in by_name.items():
-            wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]), kept_for(spec))
+            wishes = self._wish(keys[name], Wish(now, placement.replicas[name], keeps[name]), keep_s)
             obs = readings.get(name)
             met = None if obs is None else _idle(obs) or obs.latency_ms <= slo["targetMilliseconds"]
             decisions[name] = follow_placement(
