@@ -1,8 +1,8 @@
 """Benchmark: Triton's dynamic batching, fixed and as the compile tunes it, and the selected engine vs the raw ONNX.
 
 One real tritonserver (the nvidia-pytriton wheel, python backend, as the local node runs it) on a
-loopback address serves four models of the rapidocr cls classifier, each with one intra-op thread
-per instance:
+loopback address serves four models of the rapidocr cls classifier, each with the intra-op threads
+per instance that the operator renders (those the compile measured the engine with):
 
     selected-batching  the engine tensorkiln-compile selects, behind Triton's dynamic batcher with the
                        InferenceModel API's fixed defaults (preferred [8, 16], 2000 µs), one instance
@@ -54,7 +54,15 @@ import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tensorkiln.api import CompileJobSpec, ServingOptions
-from tensorkiln.builders.tritonconfig import PYTHON_BACKEND, batcher, config_dict, parse, render, served_settings
+from tensorkiln.builders.tritonconfig import (
+    PYTHON_BACKEND,
+    batcher,
+    config_dict,
+    parse,
+    render,
+    runner_threads,
+    served_settings,
+)
 from tensorkiln.registry.manifest import EngineManifest, ServingTuning
 from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
@@ -148,7 +156,7 @@ def write_config(
     path: Path, name: str, manifest: EngineManifest, spec: dict, engine: str, instances: int | None
 ) -> str:
     """config.pbtxt for spec.serving `spec`; `instances`: the instance count, None to keep config_dict's."""
-    config = config_dict(name, manifest, spec, PYTHON_BACKEND, cpu_threads=1)
+    config = config_dict(name, manifest, spec, PYTHON_BACKEND)
     config["parameters"]["engine"] = {"stringValue": engine}  # the runner refuses any other engine
     if instances is not None:
         config["instanceGroup"][0]["count"] = instances  # tritonconfig gives CPU classes 1 per pod untuned
@@ -464,11 +472,11 @@ def little(batched: Point, single: Point, winner) -> list[str]:
         per_sample = bench.p50_ms / bench.batch_size
         lines[0] += (
             f" The compile measured the engine alone at {per_sample:.2f} ms per sample at batch {bench.batch_size} "
-            f"(p50, {bench.threads} threads; served here with 1), i.e. about {1000 / per_sample:.0f} samples/s of "
+            f"(p50, {bench.threads} threads, as served here), i.e. about {1000 / per_sample:.0f} samples/s of "
             "engine time for one instance before any server overhead. Inside Triton at "
             f"c={batched.concurrency}, compute per batch / mean batch = {batched.compute_ms / batched.mean_batch:.2f} ms "
             "per sample; the gap is the python-backend path's per-request work plus contention for the CPUs (a rough "
-            "comparison: the compile's figure was taken with 2 threads, at another moment)."
+            "comparison: the compile's figure was taken at another moment)."
         )
     return lines
 
@@ -562,12 +570,13 @@ def tuned_report(
         "the setting at "
         + (f"{simulated[hi].throughput_per_s:.0f}/s here." if hi in simulated else f"no load of {hi} clients.")
     )
-    lines += cpu_arithmetic(top, tuning, target)
+    lines += cpu_arithmetic(top, tuning, target, runner_threads(manifest))
     return lines
 
 
-def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float) -> list[str]:
-    """What the throughput goal asks of this machine's CPUs, from the CPU time measured per request at `top`."""
+def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float, threads: int) -> list[str]:
+    """What the throughput goal asks of this machine's CPUs, from the CPU time measured per request at `top`, served
+    with `threads` intra-op threads per instance."""
     cpus = os.cpu_count() or 1
     if not top.requests:
         return []
@@ -583,8 +592,8 @@ def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float) -> list[str
         f"doing nothing else serve at most {ceiling:.0f} req/s ({ratio(ceiling, target)} the goal's {target:.0f}). "
         f"The bound counts the engine alone: at its most efficient batch ({best.batch_size}, {best.p50_ms:.2f} ms with "
         f"{best.threads} thread(s)) at most {engine_ms:.2f} ms of CPU per sample (its threads busy throughout), "
-        f"against {per_request:.2f} ms measured per request here (served with 1 intra-op thread per instance; mean "
-        f"batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, Triton's python "
+        f"against {per_request:.2f} ms measured per request here (served with {threads} intra-op thread(s) per "
+        f"instance; mean batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, Triton's python "
         "backend and the clients, which the bound leaves out."
     )
     if ceiling < target:
@@ -698,7 +707,7 @@ def main() -> None:
     cpu = manifest.fingerprint.get("cpu", {})
     machine = f"{cpu_name()}, {os.cpu_count()} CPUs"
     versions = ", ".join(f"{k} {v}" for k, v in manifest.runtime_versions.items())
-    tuned_config = config_dict("selected-tuned", manifest, tuned_spec(), PYTHON_BACKEND, cpu_threads=1)
+    tuned_config = config_dict("selected-tuned", manifest, tuned_spec(), PYTHON_BACKEND)
     chosen_by = served_settings(tuned_config, batcher(tuned_spec(), manifest, gpu=False), manifest)["chosenBy"]
     tuned = tuned_report(by, rounds, concurrencies, manifest, chosen_by)
     tuned_instances = tuned_config["instanceGroup"][0]["count"]
@@ -742,7 +751,8 @@ def main() -> None:
         "project's python-backend runner executing the engine in-process, as on the local node) on a 127.0.0.x address. "
         f"Model: rapidocr's `{CLS.path.name}`, batch-1 requests of shape [1,3,{CLS.height},{CLS.width}], "
         f"{SAMPLES} rendered text lines in rotation. Each model: {serving.instances} instance(s) (KIND_CPU; "
-        f"selected-tuned: {tuned_instances}, the compile's choice), `intra_op_threads` 1 per instance, "
+        f"selected-tuned: {tuned_instances}, the compile's choice), `intra_op_threads` {runner_threads(manifest)} per "
+        "instance (the threads the compile measured the engine with, as the operator renders them), "
         f"`max_batch_size` {MAX_BATCH}; configs rendered by `tensorkiln.builders.tritonconfig` (python-backend runtime).",
         "",
         f"- `selected-batching`: the engine the compile selected, `{winner.id}` ({winner.compiler}, {winner.precision}; "

@@ -42,7 +42,7 @@ selected candidate (the compiler's tuning stage may have picked a settings varia
   as `optimization { graph { level } }` (the onnxruntime backend's README: -1 basic, 1 extended, 0, the
   default, all; "default", the baseline's, sets none);
 - python-backend: the runner reads the settings from engine.json; the `intra_op_threads` parameter (which
-  it applies to either runtime) is the thread count measured, unless the caller sets one (cpu_threads).
+  it applies to either runtime) is the thread count measured.
 """
 
 import json
@@ -319,6 +319,11 @@ def measured_threads(settings: dict) -> int | None:
     return int(threads) if threads is not None else None
 
 
+def runner_threads(manifest: EngineManifest) -> int:
+    """The python-backend runner's threads per instance: those the compile measured the selected engine with, else 1."""
+    return measured_threads(selected_settings(manifest)) or 1
+
+
 def _onnxruntime_native(settings: dict) -> dict:
     """The native onnxruntime backend's share of the config for these settings (module docstring)."""
     config = {}
@@ -331,11 +336,8 @@ def _onnxruntime_native(settings: dict) -> dict:
     return config
 
 
-def config_dict(
-    name: str, manifest: EngineManifest, serving: dict, runtime: str, cpu_threads: int | None = None
-) -> dict:
-    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving;
-    `cpu_threads`: the python-backend runner's threads per instance, else those the compile measured (or 1)."""
+def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str) -> dict:
+    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
     batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
     sequence = sequence_batching(manifest, serving, batched, runtime)
@@ -351,8 +353,7 @@ def config_dict(
     if runtime == PYTHON_BACKEND:
         # The Python backend's model file is model.py; the runner finds the engine by parameter.
         config["backend"] = "python"
-        threads = cpu_threads or measured_threads(selected_settings(manifest)) or 1
-        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": threads}
+        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": runner_threads(manifest)}
         if sequence and sequence["state"]:
             parameters["sequence_state"] = json.dumps(sequence["state"], separators=(",", ":"))
         config["parameters"] = _parameters(parameters)
