@@ -73,3 +73,10 @@ def test_an_engine_that_never_settles_stops_at_max_runs_marked_unstable(monkeypa
     seconds = ([1.0] + [1.0] * 3 + [1.0] + [4.0] * 3) * 3
     results, _ = measure_all({"a": Scripted(seconds, monkeypatch)}, {}, 1, plan, threads=1)
     assert results["a"].runs == 9 and results["a"].stable is False
+
+
+def test_by_default_an_engine_is_timed_until_three_runs_lie_beyond_its_p95(monkeypatch):
+    steady = [1.0] * 200  # settled after three blocks; the old default of 20 would have ended it there
+    plan = BenchmarkPlan(warmup=0, time_cap_s=600)  # a second a run on the fake clock: within the time budget
+    results, _ = measure_all({"a": Scripted(steady, monkeypatch)}, {}, 1, plan, threads=1)
+    assert results["a"].runs == 60 and results["a"].runs * (1 - 0.95) >= 3 and results["a"].stable
