@@ -235,7 +235,7 @@ def fp32_ceiling(r: Result, size: int, baseline_p50_ms: float, gflops: float) ->
         if c.status == "RejectedAccuracy":
             return f"`{c.id}` refused by the gate (max abs err {c.accuracy.max_abs_error:.3g})"
         if c.status == "Failed":
-            return f"`{c.id}` not built ({c.reason.split(';')[0].strip()[:60]})"
+            return f"`{c.id}` not built ({c.reason.split(';')[0].split(' (')[0].strip()})"
         return (
             f"`{c.id}` {c.status.lower()} at {baseline_p50_ms / bench.p50_ms:.2f}x" if bench else f"`{c.id}` {c.status}"
         )
