@@ -593,8 +593,8 @@ def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float, threads: in
         f"The bound counts the engine alone: at its most efficient batch ({best.batch_size}, {best.p50_ms:.2f} ms with "
         f"{best.threads} thread(s)) at most {engine_ms:.2f} ms of CPU per sample (its threads busy throughout), "
         f"against {per_request:.2f} ms measured per request here (served with {threads} intra-op thread(s) per "
-        f"instance; mean batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, Triton's python "
-        "backend and the clients, which the bound leaves out."
+        f"instance; mean batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, "
+        "Triton's python backend and the clients, which the bound leaves out."
     )
     if ceiling < target:
         line += (
