@@ -341,6 +341,13 @@ def test_compile_job_status_shows_the_choice(tmp_path):
     assert "servingTuning" not in untuned
 
 
+def test_compile_job_status_gives_each_candidates_timed_runs():
+    manifest = EngineManifest.model_validate_json(OLD_MANIFEST)  # its baseline was timed 20 times at batch 1
+    fields, _ = engine_status(manifest, "ab" * 32, "file:///r/engines/ab", cache_hit=False)
+    assert fields["candidates"][0]["timedRuns"] == 20
+    CompileJobStatus.model_validate({"candidates": fields["candidates"]})  # the CRD's schema takes it
+
+
 def test_the_compile_job_asks_for_tuning_with_the_slo_outside_the_cache_key():
     model = sample_model()
     spec = normalised_spec(model)

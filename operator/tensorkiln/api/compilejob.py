@@ -249,6 +249,13 @@ class CandidateSummary(KubeModel):
             "windows of runs within 10% of each other. False: the figures are noisier than usual (a busy node)."
         ),
     )
+    timed_runs: int | None = Field(
+        None,
+        description=(
+            "Timed runs behind these figures: at least 60, so that 3 lie beyond the p95, unless the benchmark's "
+            "time budget ended them sooner (a slow engine); up to 100 while the timings do not settle."
+        ),
+    )
     max_abs_error: float | None = Field(None, description="Largest absolute output difference from the fp32 reference.")
     cosine_similarity: float | None = Field(None, description="Cosine similarity of outputs to the fp32 reference.")
 

@@ -15,7 +15,12 @@ def _summary(candidate, batch_size: int) -> dict:
         summary["reason"] = candidate.reason[:1024]
     bench = next((b for b in candidate.benchmarks if b.batch_size == batch_size), None)
     if bench:
-        summary |= {"p50Ms": bench.p50_ms, "p95Ms": bench.p95_ms, "throughputPerSecond": bench.throughput_per_s}
+        summary |= {
+            "p50Ms": bench.p50_ms,
+            "p95Ms": bench.p95_ms,
+            "throughputPerSecond": bench.throughput_per_s,
+            "timedRuns": bench.runs,
+        }
         if bench.p95_interval_ms:
             summary["p95IntervalMs"] = list(bench.p95_interval_ms)
         if bench.stable is not None:
