@@ -101,7 +101,8 @@ def run_model(name: str, staged: Path, work: Path, reverts: int) -> dict:
     ctx = BuildContext(spec=spec, model=model, dataset=dataset, fingerprint=node,
                        threads=node["cpu"]["usableCpus"], work_dir=work / name)  # fmt: skip
     batches = dataset.batches(spec.objective.batch_size)
-    reference = [ort_candidates.reference(path, ctx.threads).run(b) for b in batches]
+    truth = ort_candidates.reference(path, ctx.threads)
+    reference = [truth.run(b) for b in batches]
 
     builds = {
         "openvino-fp32": ov_candidates.build(ctx, Precision.FP32),
@@ -119,7 +120,8 @@ def run_model(name: str, staged: Path, work: Path, reverts: int) -> dict:
     gates = {}
     for id, runner in runners.items():
         outputs = [runner.run(b) for b in batches]
-        accuracy, rejection = compare(reference, outputs, spec.accuracy, samples=len(batches), synthetic=False,
+        accuracy, rejection = compare(reference, outputs, spec.accuracy, synthetic=False,
+                                      samples=dataset.manifest()["validationSamples"],
                                       batched=model.batched, names=names)  # fmt: skip
         gates[id] = (accuracy, rejection, excess([o for feed in outputs for o in feed],
                                                  [r for feed in reference for r in feed], spec.accuracy))  # fmt: skip
