@@ -127,6 +127,13 @@ def staged_directory(names: list[str], tmp: Path) -> Path:
         return tmp / "staged"
 
 
+def speedup_bounds(base, engine) -> tuple[float, float] | None:
+    """`engine`'s p50 speedup over `base` at the far ends of their p50 intervals (low, high); None without them."""
+    if not (base.p50_interval_ms and engine.p50_interval_ms):
+        return None
+    return base.p50_interval_ms[0] / engine.p50_interval_ms[1], base.p50_interval_ms[1] / engine.p50_interval_ms[0]
+
+
 def objective_shapes(spec: CompileJobSpec, manifest) -> dict[str, list[int]] | None:
     """Each input's shape at the objective's batch size, its other dynamic axes at spec.shapes' opt; None when an
     axis stays unknown."""
@@ -270,10 +277,8 @@ def goals(results: list[Result], gflops: float) -> list[str]:
             else:
                 ratio = b.p50_ms / w.p50_ms
                 met += ratio >= SPEEDUP_GOAL
-                bounds = ""
-                if b.p50_interval_ms and w.p50_interval_ms:
-                    low, high = b.p50_interval_ms[0] / w.p50_interval_ms[1], b.p50_interval_ms[1] / w.p50_interval_ms[0]
-                    bounds = f" (the intervals' ends give {low:.2f}x to {high:.2f}x)"
+                ends = speedup_bounds(b, w)
+                bounds = f" (the intervals' ends give {ends[0]:.2f}x to {ends[1]:.2f}x)" if ends else ""
                 speed.append(
                     f"- **{r.name}** (batch {size}): `{winner.id}` p50 {w.p50_ms:.1f} ms vs baseline {b.p50_ms:.1f} ms "
                     f"= {ratio:.2f}x{bounds}: **{'met' if ratio >= SPEEDUP_GOAL else 'not met'}**; accuracy gate "

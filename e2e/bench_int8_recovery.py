@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 import nncf
 import numpy as np
 import openvino as ov
-from bench_compile import matrix_spec, staged_directory
+from bench_compile import matrix_spec, speedup_bounds, staged_directory
 from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 from tensorkiln.api import Precision
 from tensorkiln_compiler.accuracy import compare
@@ -46,7 +46,6 @@ from tensorkiln_compiler.inspection import inspect_model
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "e2e" / "results" / "int8_recovery.md"
 REFUSED = ("nudenet-320n", "layout-cdla")  # the conv nets whose INT8 the gate refuses (e2e/results/compile.md)
-log = logging.getLogger("bench_int8_recovery")
 
 
 def excess(outputs: list[np.ndarray], reference: list[np.ndarray], tolerance) -> float:
@@ -89,7 +88,7 @@ def fake_quantizers(model: ov.Model) -> int:
     return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
 
 
-def run_model(name: str, staged: Path, work: Path, reverts: int) -> dict:
+def run_model(name: str, staged: Path, work: Path, reverts: int, node: dict) -> dict:
     spec = matrix_spec(name, staged)
     path = Path(urlparse(spec.source.uri).path)
     model = inspect_model(path, spec.shapes, spec.objective.batch_size, spec.io, batched=spec.batched)
@@ -97,7 +96,6 @@ def run_model(name: str, staged: Path, work: Path, reverts: int) -> dict:
         spec.calibration.dataset_uri, work / "data", field="spec.calibration.datasetUri", what="CalibrationData"
     )
     dataset = load_dataset(data, model.inputs, spec.calibration.samples, model.batched)
-    node = fingerprint()
     ctx = BuildContext(spec=spec, model=model, dataset=dataset, fingerprint=node,
                        threads=node["cpu"]["usableCpus"], work_dir=work / name)  # fmt: skip
     batches = dataset.batches(spec.objective.batch_size)
@@ -132,8 +130,7 @@ def run_model(name: str, staged: Path, work: Path, reverts: int) -> dict:
             "seconds": seconds, "quantizers": quantizers, "reverts": reverts}  # fmt: skip
 
 
-def report(results: list[dict], started: datetime, elapsed: float) -> str:
-    cpu = fingerprint()["cpu"]
+def report(results: list[dict], cpu: dict, started: datetime, elapsed: float) -> str:
     lines = [
         "# INT8 with accuracy control: the engines the gate refuses, on this CPU",
         "",
@@ -152,14 +149,11 @@ def report(results: list[dict], started: datetime, elapsed: float) -> str:
             timing = (
                 f"{bench.p50_ms:.1f} [{bench.p50_interval_ms[0]:.1f}, {bench.p50_interval_ms[1]:.1f}]"
                 if bench
-                else "failed"
+                else f"failed: {r['failures'].get(id)}"
             )
             speedup = "-"
-            if bench and base:  # the ratio, and the ends of the two intervals
-                low, high = (
-                    base.p50_interval_ms[0] / bench.p50_interval_ms[1],
-                    base.p50_interval_ms[1] / bench.p50_interval_ms[0],
-                )
+            if bench and base:
+                low, high = speedup_bounds(base, bench)
                 speedup = f"{base.p50_ms / bench.p50_ms:.2f}x [{low:.2f}, {high:.2f}]"
             lines.append(
                 f"| {r['name']} | `{id}` | {'yes' if rejection is None else 'no'} | {worst:.3g} "
@@ -191,8 +185,9 @@ def main() -> None:
     started, t0 = datetime.now(UTC), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-int8-") as tmp:
         staged = staged_directory(args.models, Path(tmp))
-        results = [run_model(name, staged, Path(tmp), args.reverts) for name in args.models]
-    args.output.write_text(report(results, started, time.perf_counter() - t0))
+        node = fingerprint()
+        results = [run_model(name, staged, Path(tmp), args.reverts, node) for name in args.models]
+    args.output.write_text(report(results, node["cpu"], started, time.perf_counter() - t0))
     print(args.output.read_text())
 
 
