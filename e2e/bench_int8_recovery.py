@@ -42,10 +42,12 @@ from tensorkiln_compiler.data import load_dataset
 from tensorkiln_compiler.fetch import fetch
 from tensorkiln_compiler.fingerprint import fingerprint
 from tensorkiln_compiler.inspection import inspect_model
+from tensorkiln_local.cluster.real_models import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "e2e" / "results" / "int8_recovery.md"
 REFUSED = ("nudenet-320n", "layout-cdla")  # the conv nets whose INT8 the gate refuses (e2e/results/compile.md)
+log = logging.getLogger("bench_int8_recovery")
 
 
 def excess(outputs: list[np.ndarray], reference: list[np.ndarray], tolerance) -> float:
@@ -130,6 +132,17 @@ def run_model(name: str, staged: Path, work: Path, reverts: int, node: dict) -> 
             "seconds": seconds, "quantizers": quantizers, "reverts": reverts}  # fmt: skip
 
 
+def attempt(name: str, staged: Path, work: Path, reverts: int, node: dict) -> dict:
+    """run_model, or the reason this model could not be measured (an OpenVINO conversion that fails, ...):
+    one model's failure leaves the others' figures standing, and the report says why."""
+    try:
+        return run_model(name, staged, work, reverts, node)
+    except Exception as e:
+        log.exception("%s could not be measured", name)
+        # The whole message on one line: OpenVINO's conversion errors end with their summary.
+        return {"name": name, "error": f"{type(e).__name__}: {' '.join(str(e).split())}"}
+
+
 def report(results: list[dict], cpu: dict, started: datetime, elapsed: float) -> str:
     lines = [
         "# INT8 with accuracy control: the engines the gate refuses, on this CPU",
@@ -142,7 +155,8 @@ def report(results: list[dict], cpu: dict, started: datetime, elapsed: float) ->
         "| p50 ms [95% CI] | speedup over baseline (p50) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in results:
+    measured = [r for r in results if "error" not in r]
+    for r in measured:
         base = r["benchmarks"].get("baseline")
         for id, (accuracy, rejection, worst) in r["gates"].items():
             bench = r["benchmarks"].get(id)
@@ -161,7 +175,8 @@ def report(results: list[dict], cpu: dict, started: datetime, elapsed: float) ->
                 f"| {timing} | {speedup} |"
             )
     lines.append("")
-    for r in results:
+    lines += [f"- {r['name']}: not measured: {r['error']}" for r in results if "error" in r]
+    for r in measured:
         gate = r["spec"].accuracy
         accuracy, rejection, worst = r["gates"]["openvino-int8-accuracy-control"]
         verdict = "passes the gate" if rejection is None else f"is still refused: {rejection}"
@@ -176,7 +191,8 @@ def report(results: list[dict], cpu: dict, started: datetime, elapsed: float) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(REFUSED))
+    parser.add_argument("--models", nargs="+", default=list(REFUSED), choices=sorted(BY_NAME),
+                        help="models of the coverage matrix (default: the conv nets whose INT8 is refused)")  # fmt: skip
     parser.add_argument("--reverts", type=int, default=40, help="accuracy control's max_num_iterations")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -186,7 +202,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-int8-") as tmp:
         staged = staged_directory(args.models, Path(tmp))
         node = fingerprint()
-        results = [run_model(name, staged, Path(tmp), args.reverts, node) for name in args.models]
+        results = [attempt(name, staged, Path(tmp), args.reverts, node) for name in args.models]
     args.output.write_text(report(results, node["cpu"], started, time.perf_counter() - t0))
     print(args.output.read_text())
 
