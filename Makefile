@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint unit integration faults matrix crds manifests down
+.PHONY: venv prepare demo test lint docs unit integration faults matrix crds manifests down images push
 
 $(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,47 +14,74 @@ $(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-## demo: build/reuse the cluster binaries, start cluster + operator, apply the samples, wait until
-## the real CPU model serves, send it one request (a rendered text line that `cluster up` staged),
-## show the result. The GPU samples stay in phase Simulated: their pools are kwok's.
+## prepare: build what the cluster and the install need (Go binaries, images) at once, where the caches
+## lack it (cold: the Go builds and the image builds side by side); with warm caches it only checks them.
+prepare: venv
+	$(TKL) prepare $(if $(filter test integration,$(MAKECMDGOALS)),--tests)
+
+## demo: build/reuse the cluster binaries and images, start the cluster (real control plane, kwok GPU
+## pools, the real node local-0: kubelet + containerd), helm-install TensorKiln from its images (pushed to
+## the local registry, pinned by digest), apply the samples, wait until the real CPU model is compiled and
+## served, send it one request through its Service (a rendered text line that `cluster up` staged), show
+## the result. The GPU samples stay in phase Simulated: their pools are kwok's.
 DEMO_INPUT := $${TENSORKILN_LOCAL_DATA:-/var/lib/tensorkiln}/models/rapidocr/cls-demo-line.npy
-demo: venv
+POD_IMAGES := custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,IMAGES:.status.containerStatuses[*].imageID
+demo: prepare
 	$(TKL) cluster up
-	$(TKL) operator start
+	$(TKL) install
 	eval "$$($(TKL) cluster env)" && kubectl apply --server-side -f manifests/samples/
 	$(TKL) wait --timeout 300
 	eval "$$($(TKL) cluster env)" && kubectl wait im/ocr-cls --for=jsonpath='{.status.phase}'=Ready --timeout=600s
 	eval "$$($(TKL) cluster env)" && $(VENV)/bin/tensorkiln infer ocr-cls --input "$(DEMO_INPUT)" --labels "upright,upside down"
-	eval "$$($(TKL) cluster env)" && kubectl get im && kubectl get cjob,jobs,pods -o wide
+	eval "$$($(TKL) cluster env)" && kubectl get im && kubectl get cjob -o wide && kubectl get pods -A -o wide --field-selector spec.nodeName=local-0
+	eval "$$($(TKL) cluster env)" && kubectl get pods -A -o '$(POD_IMAGES)' --field-selector spec.nodeName=local-0
 
-## test: lint, unit tests, then integration tests against the local cluster (started if needed)
-test: lint unit integration
+## images: TensorKiln's images (operator, compiler, serving) built with buildah, cached by content
+## (an unchanged tree rebuilds nothing); prints each image's tag and size.
+images: venv
+	$(TKL) images build
 
-lint: venv
-	$(VENV)/bin/ruff check operator compiler-jobs localcluster tests e2e
-	$(VENV)/bin/ruff format --check operator compiler-jobs localcluster tests e2e
+## push: build, then copy the images to REGISTRY (e.g. make push REGISTRY=ghcr.io/you), printing digests.
+push: venv
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/path"; exit 2; }
+	$(TKL) images push --registry "$(REGISTRY)"
+
+## test: lint, unit tests, then integration tests against the local cluster (started if needed) and
+## TensorKiln installed on it from its images (the same `install` as the demo's)
+test: lint prepare unit integration
+
+lint: venv docs
+	$(VENV)/bin/ruff check operator compiler-jobs serving localcluster tests e2e
+	$(VENV)/bin/ruff format --check operator compiler-jobs serving localcluster tests e2e
+
+## docs: docs/ built with MkDocs into site/, strictly (a broken link or a page left out of the nav fails;
+## not --quiet: mkdocs then hides the warnings that strict mode counts)
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
 
 # The chart tests render with helm: built once from its pinned Go module (cached like the cluster's).
 unit: venv
 	$(TKL) cluster build helm
 	$(PY) -m pytest tests/unit -q
 
-integration: venv
+integration: prepare
 	$(TKL) cluster up
-	$(PY) -m pytest tests/integration -q
+	$(TKL) install
+	$(PY) -m pytest tests/integration -q --durations=25
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
-## away, killed compile pods, admission fuzzing; long (about 8 minutes here), so not part of `test`.
+## away, killed compile pods, admission fuzzing, against the installed operator; long (about 12
+## minutes here), so not part of `test`.
 ## Holds the shared cluster lock throughout; TENSORKILN_FAULTS_SEED=N repeats a run's choices.
 CLUSTER_LOCK ?= /tmp/tensorkiln-cluster.lock
 faults: venv
-	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
+	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(TKL) install && $(PY) -m pytest e2e/faults -v -s -p no:cacheprovider --timeout 3000'
 
 ## matrix: the coverage matrix of real models (e2e/bench_models.py): each real ONNX model from a
 ## pinned PyPI wheel applied with a minimal spec on local-0, served and compared with onnxruntime, or
 ## refused with its exact message; writes e2e/results/models.md. Long (a compile per model), not in `test`.
 matrix: venv
-	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(TKL) operator start && $(PY) e2e/bench_models.py'
+	flock $(CLUSTER_LOCK) sh -c '$(TKL) cluster up && $(TKL) install && $(PY) e2e/bench_models.py'
 
 ## crds: crds/ and the chart's charts/tensorkiln/crds/ from the pydantic API types
 crds: venv

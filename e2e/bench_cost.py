@@ -45,8 +45,8 @@ from tensorkiln.scaling.capacity import capacity_at_target
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.placement import ClassOffer, place
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase, ReplicaTimeline
-from tensorkiln_local import operator_process
-from tensorkiln_local.cluster import cost_workload, localnodes, paths
+from tensorkiln_local import install
+from tensorkiln_local.cluster import cluster, cost_workload, nodes, paths
 from tensorkiln_local.cluster.cost_workload import POOLS, REPLICA_CPU
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
 
@@ -90,8 +90,8 @@ def optimum(
 def run_policy(api, policy: Run, phases: list[Phase], seed: int, work_dir: Path) -> dict:
     namespace = f"bench-cost-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": namespace}})
-    registry = f"file://{work_dir}/registry"
+    install.create_namespace(core, namespace)
+    registry = f"pvc://{install.CLAIM}/{namespace}"
     operator = start_operator(namespace, registry, work_dir)
     try:
         deployments = cost_workload.deploy(api, registry, namespace, policy.placement, work_dir, policy.burst)
@@ -113,7 +113,7 @@ def run_policy(api, policy: Run, phases: list[Phase], seed: int, work_dir: Path)
     finally:
         operator.terminate()
         operator.wait()
-        core.delete_namespace(namespace)
+        install.delete_namespace(core, namespace)
 
 
 def figures(result: dict, phases: list[Phase], target_ms: float) -> dict:
@@ -238,14 +238,14 @@ def main() -> None:
     runs = {run.name: run for run in every if run.name.split(" ")[0] in args.policies}
     target_ms, max_r = 100.0, cost_workload.manifest("x", "LeastCost")["spec"]["slo"]["maxReplicas"]
     started, before = datetime.now(UTC), os.getloadavg()
-    operator_process.stop()  # a demo operator would act on the benchmark's namespaces too
     temporary = tempfile.TemporaryDirectory()
     work = args.work_dir or Path(temporary.name)
     work.mkdir(parents=True, exist_ok=True)
     with temporary, kube.api_client(os.environ["KUBECONFIG"]) as api:
         core = client.CoreV1Api(api)
-        second_was_up = "local-1" in localnodes.running()
-        localnodes.start(core, "local-1")
+        install.scale_operator(api, 0)  # the installed operator would act on the benchmark's namespaces too
+        second_was_up = "local-1" in nodes.running()
+        cluster.start_node(core, "local-1")
         cost_workload.set_prices(core, cost_workload.pool_prices())
         try:
             by_policy = {}
@@ -256,7 +256,8 @@ def main() -> None:
         finally:
             cost_workload.set_prices(core, dict.fromkeys(cost_workload.pool_prices()))
             if not second_was_up:
-                localnodes.remove(core, "local-1")
+                nodes.delete(core, "local-1")
+            install.scale_operator(api, 1)
     RESULTS.mkdir(exist_ok=True)
     text = write_report(by_policy, runs, phases, started, (before, os.getloadavg()), target_ms, max_r)
     (RESULTS / "cost.md").write_text(text)

@@ -11,10 +11,10 @@ For each model:
    the spec's accuracy gate (cosine similarity and max abs error);
 5. the selected engine and its speedup over the raw-ONNX baseline (p50, as measured by the
    compile on local-0) are read from the CompileJob's status.
-Printed, and written to e2e/results/models.md (the README's table is copied from it); exits 1 when
+Printed, and written to e2e/results/models.md (docs/benchmarks.md's table is copied from it); exits 1 when
 any model did not end as expected.
 
-Needs `tensorkiln-local cluster up` and the operator (`tensorkiln-local operator start`).
+Needs `tensorkiln-local cluster up` and TensorKiln installed on it (`tensorkiln-local install`).
 Usage: .venv/bin/python e2e/bench_models.py [--only NAME ...] [--timeout 900]
 """
 

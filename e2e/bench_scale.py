@@ -52,7 +52,7 @@ from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln_local import operator_process, rbac_audit
+from tensorkiln_local import install, rbac_audit
 from tensorkiln_local.cluster import cluster, paths
 from tensorkiln_local.cluster.cluster import audit_lines
 from tensorkiln_local.cluster.engine_seeds import publish_test_seed
@@ -129,7 +129,14 @@ class Operator:
     def start(self) -> None:
         log = open(self.log_path, "ab")
         argv = [sys.executable, "-m", "tensorkiln", "operator", "run", "--namespace", self.namespace]
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+            umask=install.REGISTRY_UMASK,
+        )
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -340,11 +347,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--operator-tree", type=Path, default=ROOT, help="checkout whose operator/ to run")
     args = parser.parse_args()
-    operator_process.stop()  # a demo operator would act alongside the one measured
     cluster.up(POOLS)
     try:
         with kube.api_client(str(paths.KUBECONFIG)) as api, tempfile.TemporaryDirectory() as work:
-            found = run(args, api, Path(work))
+            install.scale_operator(api, 0)  # the installed operator would act alongside the one measured
+            try:
+                found = run(args, api, Path(work))
+            finally:
+                install.scale_operator(api, 1)
     finally:
         cluster.up(paths.DEFAULT_POOLS)
     text = report(found, args.models)

@@ -1,7 +1,7 @@
 """Benchmark: apply N InferenceModels at once and time until every compile pod is scheduled.
 
-Runs against the local cluster with the operator running (`make demo` leaves both up, or
-`tensorkiln-local cluster up && tensorkiln-local operator start`). It first converges the cluster to
+Runs against the local cluster with TensorKiln installed (`make demo` leaves both up, or
+`tensorkiln-local cluster up && tensorkiln-local install`). It first converges the cluster to
 e2e/pools-scale.yaml (130 simulated GPU nodes: a compile pod holds its GPU while it runs, so
 the default pools cannot place 300 at once) and restores the default pools at the end.
 The GPU nodes are simulated by kwok, so this measures the control plane and the operator
@@ -21,6 +21,7 @@ from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.hardware.classes import GPU_PRODUCT
+from tensorkiln_local import install
 from tensorkiln_local.cluster import cluster, paths
 
 SAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "samples" / "resnet50-gpu.yaml"
@@ -47,7 +48,7 @@ def run(args) -> None:
         }
         expected = args.models * len(products)
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        core.create_namespace({"metadata": {"name": namespace}})
+        install.create_namespace(core, namespace)  # with the registry claim compile pods mount
         template = yaml.safe_load(SAMPLE.read_text())
         try:
             start = time.monotonic()
@@ -75,7 +76,7 @@ def run(args) -> None:
                 f"({expected / total:.1f} pods/s end to end)"
             )
         finally:
-            core.delete_namespace(namespace)
+            install.delete_namespace(core, namespace, timeout=600)
 
 
 if __name__ == "__main__":

@@ -68,9 +68,8 @@ from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
 from tensorkiln_compiler import batching, pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
+from tensorkiln_local import triton_process
 from tensorkiln_local.cluster.ocr_models import CLS, write_dataset
-from tensorkiln_local.node.images import Launch, local_tritonserver, tritonserver_launch
-from tensorkiln_local.node.ipam import free_address_below_pods
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "e2e" / "results"
@@ -205,25 +204,22 @@ def lay_out_repository(
 # --- the server ------------------------------------------------------------------------------------
 
 
-def free_loopback_ip() -> str:
-    """Triton's three ports free on one 127.0.0.x below the local node's pod range."""
-    return free_address_below_pods((8000, 8001, 8002))
-
-
 class Server:
-    """tritonserver as the local node's image rule launches it, on its own loopback address."""
+    """tritonserver (the serving image's, as a process of this machine: it is pinned to a core) on
+    its own loopback address."""
 
     def __init__(self, root: Path):
-        self.ip = free_loopback_ip()
+        self.ip = triton_process.free_loopback_address()
         args = [arg.format(repository=root / "models") for arg in TRITON_ARGS]
-        launch = tritonserver_launch(
-            Launch(["tritonserver"], args, {"POD_IP": self.ip, "PATH": f"{BIN}:{os.environ['PATH']}"}),
-            local_tritonserver(root / "agent-tmp"),
+        argv, env = triton_process.command(
+            triton_process.local_tritonserver(root / "backends"),
+            args,
+            self.ip,
+            {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
         )
         self.log_path = root / "tritonserver.log"
         with open(self.log_path, "wb") as out:
-            self.process = subprocess.Popen(launch.command + launch.args, env=launch.env, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def grpc(self) -> str:

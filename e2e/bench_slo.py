@@ -47,10 +47,9 @@ from tensorkiln import kube
 from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.utilisation import UtilisationPolicy
 from tensorkiln.serving.loadgen import run_step_load
-from tensorkiln_local import operator_process
-from tensorkiln_local.cluster import paths, prometheus
+from tensorkiln_local import install
+from tensorkiln_local.cluster import nodes, paths
 from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
-from tensorkiln_local.node.runtime import container_cpu_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = {"simulated": SIMULATED, "detector": DETECTOR}
@@ -72,6 +71,7 @@ class UtilisationController:
     """The HPA controller's loop with the CPU-utilisation algorithm, for one Deployment on local-0."""
 
     def __init__(self, api, namespace: str, deployment: str, pod_labels: dict, policy: UtilisationPolicy):
+        self.api = api
         self.apps, self.core = client.AppsV1Api(api), client.CoreV1Api(api)
         self.namespace, self.deployment, self.policy = namespace, deployment, policy
         self.selector = ",".join(f"{k}={v}" for k, v in sorted(pod_labels.items()))
@@ -83,7 +83,7 @@ class UtilisationController:
         found = []
         for pod in self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items:
             ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-            used = container_cpu_seconds(paths.LOCALNODE_STATE, pod.metadata.uid, "triton")
+            used = nodes.container_cpu_seconds(self.api, pod, "triton")
             if used is None:
                 continue
             now, before = time.monotonic(), self._cpu.get(pod.metadata.uid)
@@ -118,9 +118,9 @@ def _cores(quantity: str) -> float:
 
 
 def start_operator(namespace: str, registry_uri: str, work_dir: Path) -> subprocess.Popen:
-    """An operator of the benchmark's own, watching only the run's namespace."""
-    env = {**os.environ, "TENSORKILN_REGISTRY_URI": registry_uri, "TENSORKILN_SERVING_RUNTIME": "python-backend",
-           "TENSORKILN_PROMETHEUS_URL": prometheus.url(), "TENSORKILN_RESYNC_SECONDS": "5",
+    """An operator of the benchmark's own, watching only the run's namespace: a process of this machine,
+    so that its settings (5 s periods) are the benchmark's and the installed operator's are left alone."""
+    env = {**os.environ, **install.process_environment(registry_uri), "TENSORKILN_RESYNC_SECONDS": "5",
            "TENSORKILN_SLO_PERIOD_SECONDS": "5",
            "TENSORKILN_METRICS_PORT": "0", "TENSORKILN_HEALTH_PORT": "0"}  # fmt: skip
     log = open(work_dir / f"operator-{namespace}.log", "ab")
@@ -131,7 +131,7 @@ def start_operator(namespace: str, registry_uri: str, work_dir: Path) -> subproc
 def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir: Path, seed: int, measured=None):
     namespace = f"bench-slo-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": namespace}})
+    install.create_namespace(core, namespace)
     operator = start_operator(namespace, registry_uri, work_dir)
     try:
         mode = "Operator" if policy == "slo" else "HPA"
@@ -170,7 +170,7 @@ def run_policy(api, workload: Workload, policy: str, registry_uri: str, work_dir
     finally:
         operator.terminate()
         operator.wait()
-        core.delete_namespace(namespace)
+        install.delete_namespace(core, namespace)
 
 
 def _figures(result) -> dict:
@@ -311,19 +311,20 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
     started, load_before = datetime.now(UTC), os.getloadavg()
-    operator_process.stop()  # a demo operator would act on the benchmark's namespaces too
     with tempfile.TemporaryDirectory() as work, kube.api_client(os.environ["KUBECONFIG"]) as api:
+        install.scale_operator(api, 0)  # the installed operator would act on the benchmark's namespaces too
         results = {}
         for name in args.workloads:
             workload, by_policy = WORKLOADS[name], {}
             measured = None  # the first policy's run measures the capacity; the second reuses it
             for policy in ("slo", "cpu-utilisation"):
                 print(f"{name}: {policy} ...", flush=True)
-                registry = f"file://{work}/registry"
+                registry = f"pvc://{install.CLAIM}/bench-slo-{uuid.uuid4().hex[:8]}"
                 by_policy[policy] = run_policy(api, workload, policy, registry, Path(work), args.seed, measured)
                 measured = by_policy[policy]["capacity"]
                 print(f"  {_figures(by_policy[policy])}", flush=True)
             results[name] = (by_policy["slo"]["workload"], by_policy)
+        install.scale_operator(api, 1)
     RESULTS.mkdir(exist_ok=True)
     plot(results, RESULTS / "slo.png")
     (RESULTS / "slo.md").write_text(write_report(results, started, load_before, os.getloadavg()))

@@ -18,8 +18,9 @@ def golden():
         else:
             path = GOLDEN_DIR / f"{name}.yaml"
             text = yaml.safe_dump(json.loads(json.dumps(obj)), sort_keys=False)
-        if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
+        if os.environ.get("UPDATE_GOLDEN") == "1":  # the only writer: a fixture never writes what it compares against
             path.write_text(text)
+        assert path.exists(), f"{path} is missing; write it with UPDATE_GOLDEN=1, then inspect it"
         assert text == path.read_text(), f"{path} differs; inspect, then rerun with UPDATE_GOLDEN=1"
 
     return check

@@ -20,7 +20,7 @@ from tensorkiln.api import CompileJobSpec, field_errors
 from . import __version__, pipeline, report
 from .benchmark import BenchmarkPlan
 from .candidates.tensorrt import HARDWARE_COMPATIBILITY
-from .errors import EXIT_FAILED, EXIT_OK, CompileError, InvalidInput
+from .errors import EXIT_FAILED, EXIT_OK, CompileError, InvalidInput, first_line
 
 log = logging.getLogger("tensorkiln_compiler")
 SPEC_ENV = "TENSORKILN_COMPILE_SPEC"
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         payload, code = report.failure(e.reason, e.message), e.exit_code
     except Exception as e:  # a bug or an unforeseen runtime failure: report it, let the Job retry
         log.exception("compile failed")
-        payload, code = report.failure("InternalError", f"{type(e).__name__}: {e}"), EXIT_FAILED
+        payload, code = report.failure("InternalError", f"{type(e).__name__}: {first_line(e)}"), EXIT_FAILED
     if args.termination_log:
         report.write(args.termination_log, payload)
     print(report.render(payload))

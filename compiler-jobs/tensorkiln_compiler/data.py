@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tensorkiln.api import SyntheticInput
 
-from .errors import InvalidInput
+from .errors import InvalidInput, first_line
 from .fetch import Fetched
 from .inspection import Tensor
 from .text import describe, synthetic_feeds
 
 FIELD = "spec.calibration.datasetUri"
+SYNTHETIC_FIELD = "spec.compile.syntheticInputs"  # the InferenceModel's field: what the user edits
 MAX_VALIDATION = 16  # enough to compare outputs, few enough for a 2-core node
 SYNTHETIC_SAMPLES = 16
 SEED = 0
@@ -39,6 +41,8 @@ class Dataset:
     uri: str | None = None
     sha256: str | None = None
     text: dict | None = None  # synthetic feeds shaped like tokenised text: how (text.describe)
+    drawn: dict[str, str] | None = None  # synthetic: how each input's samples were made, by input name
+    given: frozenset[str] = frozenset()  # synthetic: the inputs whose values spec.compile.syntheticInputs gave
 
     def calibration_samples(self) -> list[Arrays]:
         """One feed per sample (a batch of 1, or unbatched the sample itself): what calibrators iterate over."""
@@ -65,6 +69,8 @@ class Dataset:
         }
         if self.text is not None:  # only then: other models' manifests stay as they were
             manifest["syntheticText"] = self.text
+        if self.drawn is not None:
+            manifest["syntheticInputs"] = self.drawn
         return manifest
 
 
@@ -79,30 +85,99 @@ def load_dataset(fetched: Fetched, inputs: tuple[Tensor, ...], max_calibration: 
     )
 
 
-def synthesize(inputs: tuple[Tensor, ...], batched: bool = True, table_rows: dict[str, int] | None = None) -> Dataset:
+def synthesize(
+    inputs: tuple[Tensor, ...],
+    batched: bool = True,
+    table_rows: dict[str, int] | None = None,
+    given: dict[str, SyntheticInput] | None = None,
+) -> Dataset:
     """Seeded inputs at the opt shapes; `table_rows`: a text encoder's id inputs -> rows of the table each
-    indexes (inspection's ModelInfo.table_rows), the bound of its synthetic ids."""
+    indexes (inspection's ModelInfo.table_rows), the bound of its synthetic ids; `given`: the spec's
+    syntheticInputs, a constant or a range per input name, in place of the compiler's own draws."""
+    given = given or {}
+    names = {t.name for t in inputs}
+    if unknown := sorted(given.keys() - names):
+        raise InvalidInput(
+            "InvalidSyntheticInput",
+            f"{SYNTHETIC_FIELD}: the model has no input {', '.join(map(repr, unknown))} "
+            f"(its inputs: {', '.join(sorted(names))})",
+        )
+    given = {name: value for name, value in given.items() if value.value is not None or value.min is not None}
     rng = np.random.default_rng(SEED)
-    arrays, shapes = {}, {}
+    arrays, shapes, drawn = {}, {}, {}
     for tensor in inputs:
         shape = tensor.shape(SYNTHETIC_SAMPLES) if batched else (SYNTHETIC_SAMPLES, *tensor.profile[1])
         shapes[tensor.name] = shape
-        if tensor.dtype.kind == "f":
-            arrays[tensor.name] = rng.standard_normal(shape).astype(tensor.dtype)
-        elif tensor.dtype.kind == "b":
-            arrays[tensor.name] = rng.integers(0, 2, shape).astype(bool)
-        else:  # ids and indices: small values stay valid for most vocabularies and tables
-            arrays[tensor.name] = rng.integers(0, 16, shape).astype(tensor.dtype)
+        arrays[tensor.name], drawn[tensor.name] = _draw(rng, tensor, shape)
     # A text encoder's mask, ids and token types replace those draws; its other inputs, and every input of
     # any other model, keep the draws above (a generator of their own leaves them as they were).
     text = synthetic_feeds(inputs, shapes, table_rows or {}, SEED)
     arrays.update(text)
+    drawn.update({name: "shaped like tokenised text" for name in text})
+    # The spec's values come last: they are what the user knows the model accepts.
+    for tensor in inputs:
+        if tensor.name in given:
+            arrays[tensor.name], drawn[tensor.name] = _given(rng, tensor, shapes[tensor.name], given[tensor.name])
     return Dataset(
         *_split(arrays, SYNTHETIC_SAMPLES),
         synthetic=True,
         batched=batched,
         text=describe(text, inputs, table_rows or {}),
+        drawn=drawn,
+        given=frozenset(given),
     )
+
+
+def refused(dataset: Dataset, inputs: tuple[Tensor, ...], error: BaseException) -> InvalidInput:
+    """The failure for a model that refuses the samples it was fed (its FP32 reference run raised): the
+    runtime's own first line, what was fed, and the field that changes it."""
+    said = first_line(error)
+    if not dataset.synthetic:
+        return InvalidInput(
+            "CalibrationDataRefused",
+            f"spec.compile.calibration.datasetUri: the model refused the dataset's samples: {said}",
+        )
+    drawn = dataset.drawn or {}
+
+    def drawn_blindly(tensor: Tensor) -> bool:  # a scalar or integer input: a rate, a size, an index?
+        return tensor.name not in dataset.given and (not tensor.dims or tensor.dtype.kind in "iub")
+
+    ordered = sorted(inputs, key=lambda t: not drawn_blindly(t))  # the likeliest culprits first
+    fed = "; ".join(f"{t.name} ({t.dtype} {list(t.dims) or 'scalar'}): {drawn.get(t.name, '?')}" for t in ordered)
+    return InvalidInput(
+        "SyntheticInputRefused",
+        f"{SYNTHETIC_FIELD}: the model refused the inputs the compiler synthesised (no spec.compile.calibration): "
+        f"{said}. Synthesised: {fed}. Give the values the model accepts in {SYNTHETIC_FIELD} (a value, or min "
+        f"and max), e.g. {ordered[0].name}: {{value: ...}}, or a dataset in spec.compile.calibration.datasetUri",
+    )
+
+
+def _draw(rng: np.random.Generator, tensor: Tensor, shape: tuple[int, ...]) -> tuple[np.ndarray, str]:
+    """The compiler's own draw for an input the spec gives no values for, and how it was drawn."""
+    if tensor.dtype.kind == "f":
+        return rng.standard_normal(shape).astype(tensor.dtype), "standard normal"
+    if tensor.dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool), "false or true"
+    # ids and indices: small values stay valid for most vocabularies and tables
+    return rng.integers(0, 16, shape).astype(tensor.dtype), "integers 0 to 15"
+
+
+def _given(rng: np.random.Generator, tensor: Tensor, shape: tuple[int, ...], value: SyntheticInput):
+    """An input's samples from the spec's syntheticInputs entry, and how they were made."""
+    where = f"{SYNTHETIC_FIELD}.{tensor.name}"
+    if value.value is not None:
+        if tensor.dtype.kind in "iub" and value.value != int(value.value):
+            raise InvalidInput("InvalidSyntheticInput", f"{where}.value: input {tensor.name!r} is {tensor.dtype}: "
+                               f"give a whole number, not {value.value:g}")  # fmt: skip
+        return np.full(shape, value.value).astype(tensor.dtype), f"{value.value:g} ({where})"
+    if tensor.dtype.kind == "f":
+        drawn = rng.uniform(value.min, value.max, shape).astype(tensor.dtype)
+        return drawn, f"uniform {value.min:g} to {value.max:g} ({where})"
+    low, high = math.ceil(value.min), math.floor(value.max)
+    if low > high:
+        raise InvalidInput("InvalidSyntheticInput", f"{where}: input {tensor.name!r} is {tensor.dtype}: "
+                           f"no whole number lies in {value.min:g} to {value.max:g}")  # fmt: skip
+    return rng.integers(low, high + 1, shape).astype(tensor.dtype), f"integers {low} to {high} ({where})"
 
 
 def _read(path: Path) -> dict:

@@ -1,7 +1,7 @@
 """Fetch step: bring the model (or the calibration dataset) into the pod and hash it.
 
 file:// and pvc:// are read in place (a hostPath or a mounted claim: no copy of a large model);
-https:// and s3:// are downloaded into the work dir (s3:// with the registry's client and settings).
+http(s):// and s3:// are downloaded into the work dir (s3:// with the registry's client and settings).
 A missing file, an HTTP 4xx or a missing S3 key is bad input (exit 2); timeouts, 5xx and connection
 errors may pass, so they exit 1.
 """
@@ -45,7 +45,7 @@ def fetch(uri: str, dest_dir: Path, *, field: str, what: str) -> Fetched:
     else:
         dest_dir.mkdir(parents=True, exist_ok=True)
         path = dest_dir / (Path(unquote(parts.path)).name or "download")
-        download = _download_https if parts.scheme == "https" else _download_s3
+        download = _download_http if parts.scheme in ("http", "https") else _download_s3
         download(uri, path, field=field, what=what)
     fetched = Fetched(uri, path, sha256_path(path))
     log.info("fetched %s: %s (sha256 %s)", field, path, fetched.sha256)
@@ -80,7 +80,7 @@ def sha256_path(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download_https(uri: str, path: Path, *, field: str, what: str) -> None:
+def _download_http(uri: str, path: Path, *, field: str, what: str) -> None:
     try:
         with urllib.request.urlopen(uri, timeout=HTTP_TIMEOUT_S) as response, path.open("wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)

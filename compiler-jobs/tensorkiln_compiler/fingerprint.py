@@ -1,7 +1,7 @@
 """Fingerprint step: what this node is, so the engine is tagged with the hardware it was built on.
 
 GPUs through NVML (pynvml, from nvidia-ml-py) or `nvidia-smi`; the CPU from /proc/cpuinfo
-(parsed as the local node agent does); runtime versions from the installed packages.
+(the flags the node's NFD labels are made from); runtime versions from the installed packages.
 """
 
 from __future__ import annotations
@@ -48,20 +48,29 @@ def cpu_fingerprint(cpuinfo: str) -> dict:
     }
 
 
-def usable_cpus() -> int:
-    """CPUs this container may use: its affinity mask, capped by the cgroup CPU limit."""
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def usable_cpus(cgroup: Path = CGROUP) -> int:
+    """CPUs this container may use: its affinity mask, capped by its CPU limit (the pod's
+    resources.limits.cpu, which the kubelet writes into the container's cgroup)."""
     affinity = len(os.sched_getaffinity(0))
+    return max(1, min(affinity, cgroup_cpu_limit(cgroup) or affinity))
+
+
+def cgroup_cpu_limit(cgroup: Path) -> int | None:
+    """The container's CPU quota in CPUs, rounded up; None when unlimited or unreadable. cgroup v2:
+    `cpu.max` ("200000 100000" = 2 CPUs, "max 100000" = unlimited); v1: cpu.cfs_quota_us over
+    cpu.cfs_period_us in the cpu hierarchy (quota -1 = unlimited)."""
     try:
-        limit = cgroup_cpu_limit(Path("/sys/fs/cgroup/cpu.max").read_text())
+        quota, _, period = (cgroup / "cpu.max").read_text().strip().partition(" ")
     except OSError:
-        limit = None
-    return max(1, min(affinity, limit or affinity))
-
-
-def cgroup_cpu_limit(cpu_max: str) -> int | None:
-    """cgroup v2 `cpu.max` ("200000 100000" = 2 CPUs, "max 100000" = unlimited), rounded up."""
-    quota, _, period = cpu_max.strip().partition(" ")
-    if quota == "max" or not period:
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1") or not period:
         return None
     return max(1, math.ceil(int(quota) / int(period)))
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tensorkiln.api import CompileJobSpec, Compiler, Precision
+from tensorkiln.api.serving_targets import SERVING_TARGETS, mismatch
 from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning
 
 from . import __version__, report, serving_tuning
@@ -35,10 +36,10 @@ from .benchmark import BenchmarkPlan, measure_all
 from .candidates import Build, BuildContext, Runner, Skipped, builder, candidate_id
 from .candidates import onnxruntime as ort_candidates
 from .candidates import tensorrt as trt_candidates
-from .data import Dataset, load_dataset, synthesize
-from .errors import InvalidInput, TensorRTUnavailable
+from .data import Dataset, load_dataset, refused, synthesize
+from .errors import InvalidInput, RuntimeMismatch, TensorRTUnavailable, first_line
 from .fetch import fetch, verify_digest
-from .fingerprint import fingerprint
+from .fingerprint import fingerprint, runtime_versions
 from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
@@ -62,10 +63,24 @@ class Outcome:
     manifest: EngineManifest | None  # None when the registry already had the engine
 
 
+def require_target_runtimes(spec: CompileJobSpec, installed: dict[str, str]) -> None:
+    """Refuse to build with other runtime versions than spec.servingTarget's Triton release serves with."""
+    target = SERVING_TARGETS[spec.serving_target]
+    problems = [found for compiler in spec.compilers if (found := mismatch(target, compiler.value, installed))]
+    if problems:
+        raise RuntimeMismatch(
+            f"spec.servingTarget {target.release}: {'; '.join(problems)}. This compiler image was built for "
+            f"another release: use one built with --build-arg SERVING_TARGET={target.release} (the chart's "
+            "compilerImage), or set the chart's servingTarget to its serving image's release"
+        )
+
+
 def run(
     spec: CompileJobSpec, work_dir: Path, options: Options | None = None, opener: Opener = default_opener
 ) -> Outcome:
     options = options or Options()
+    if spec.serving_target:
+        require_target_runtimes(spec, runtime_versions())  # before any download or build
     work_dir.mkdir(parents=True, exist_ok=True)
     source = fetch(spec.source.uri, work_dir / "model", field="spec.source.uri", what="Model")
     verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
@@ -146,7 +161,8 @@ def _serving_tuning(ctx: BuildContext, winner: Build, record: Candidate, plan: B
 def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
     if spec.calibration is None:
         log.info("no calibration dataset: synthesising inputs; accuracy is checked on synthetic data only")
-        dataset = synthesize(model.inputs, model.batched, model.table_rows)
+        dataset = synthesize(model.inputs, model.batched, model.table_rows, spec.synthetic_inputs)
+        log.info("synthetic inputs: %s", dataset.drawn)
         if dataset.text:
             log.info("text encoder: synthetic inputs shaped like tokenised text: %s", dataset.text)
         return dataset
@@ -284,7 +300,10 @@ class _Validator:
         self.ctx = ctx
         self.batches = ctx.dataset.batches(ctx.spec.objective.batch_size)
         reference = ort_candidates.reference(ctx.model.path, ctx.threads)
-        self.reference = [reference.run(batch) for batch in self.batches]
+        try:
+            self.reference = [reference.run(batch) for batch in self.batches]
+        except Exception as error:  # the unmodified model refuses what it was fed: no candidate can pass
+            raise refused(ctx.dataset, ctx.model.inputs, error) from error
         # A text encoder's padded positions are left out of the comparison (text module docstring).
         self.padding = padding(self.batches, ctx.model.inputs, ctx.model.outputs)
         if ctx.model.batched:
@@ -303,7 +322,7 @@ class _Validator:
             raise
         except Exception as e:
             log.exception("building %s failed", record.id)
-            return _logged(record.model_copy(update={"reason": f"build failed: {type(e).__name__}: {e}"})), None, None
+            return _logged(record.model_copy(update={"reason": f"build failed: {first_line(e)}"})), None, None
         record = record.model_copy(update={"settings": build.settings})
         runner = None
         try:
@@ -319,7 +338,7 @@ class _Validator:
             log.exception("running %s failed", record.id)
             if runner:
                 runner.close()
-            return _logged(record.model_copy(update={"reason": f"run failed: {type(e).__name__}: {e}"})), None, None
+            return _logged(record.model_copy(update={"reason": f"run failed: {first_line(e)}"})), None, None
         if rejection:
             runner.close()
             update = {"status": "RejectedAccuracy", "reason": rejection, "accuracy": accuracy}

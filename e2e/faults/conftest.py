@@ -1,11 +1,14 @@
-"""Fixtures of the fault suite (`make faults`): the local cluster, its lock, the seed, operators
-limited to their own namespaces, and the checks every case ends with.
+"""Fixtures of the fault suite (`make faults`): the local cluster, its lock, the seed, the
+installed operator, and the checks every case ends with.
 
 The suite is long and shares the cluster: every test here runs under the cluster lock
 (/tmp/tensorkiln-cluster.lock, `flock`), which `make faults` takes; run directly, the session
-takes it itself. Operators run with --namespace only, so other people's operators and objects
-are left alone, and the suite refuses to start beside an operator that watches every namespace
-(it would act on these namespaces too).
+takes it itself. The operator is the one users get: the chart's Deployment in tensorkiln-system,
+from its image, on the real node, upgraded for the session as the integration tests do (a registry
+directory of the session's own, fast resyncs, no admission webhook). Faults reach it as they would
+on any cluster: its pod force-deleted (SIGKILL), the API server killed under it, its registry
+directory moved away in the volume it mounts. The suite refuses to start beside an operator process
+of this machine that watches every namespace (it would act on these namespaces too).
 """
 
 import fcntl
@@ -18,10 +21,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from tensorkiln import kube
+from tensorkiln.registry.locations import PVC_ROOT_ENV
+from tensorkiln_local import install
 from tensorkiln_local.cluster import paths
 
-from tests.integration.conftest import Operator  # noqa: F401  (re-exported for the test modules)
-from tests.integration.helpers import namespace_exists, wait_for
+from tests.integration.conftest import operator  # noqa: F401  (the session's installed operator)
 
 LOCK = Path(os.environ.get("TENSORKILN_CLUSTER_LOCK", "/tmp/tensorkiln-cluster.lock"))
 SEED_ENV = "TENSORKILN_FAULTS_SEED"
@@ -74,14 +78,18 @@ def cluster_lock():
 
 
 def cluster_wide_operators() -> list[tuple[int, str]]:
-    """Running `tensorkiln operator run` processes that watch every namespace (no --namespace)."""
+    """`tensorkiln operator run` processes of this machine, not of a pod (the installed operator's
+    container is one of a kubelet's), that watch every namespace (no --namespace)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            in_a_pod = "/kubepods/" in (entry / "cgroup").read_text()
         except OSError:
+            continue
+        if in_a_pod:
             continue
         text = " ".join(argv)
         if "tensorkiln" in text and "operator" in argv and "run" in argv and "--namespace" not in argv:
@@ -92,14 +100,15 @@ def cluster_wide_operators() -> list[tuple[int, str]]:
 @pytest.fixture(scope="session")
 def api(cluster_lock):
     os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
-    others = cluster_wide_operators()
-    if others:
-        pytest.fail(
-            "an operator watching every namespace is running and would act on this suite's namespaces: "
-            + "; ".join(f"pid {pid}: {cmd}" for pid, cmd in others)
-        )
+    os.environ.setdefault(PVC_ROOT_ENV, str(install.claims_view()))
     with kube.api_client(os.environ["KUBECONFIG"]) as api_client:
         client.VersionApi(api_client).get_code()
+        others = cluster_wide_operators()
+        if others:
+            pytest.fail(
+                "an operator watching every namespace is running and would act on this suite's namespaces: "
+                + "; ".join(f"pid {pid}: {cmd}" for pid, cmd in others)
+            )
         yield api_client
 
 
@@ -114,42 +123,21 @@ def rng(seed, request) -> random.Random:
     return random.Random(f"{seed}:{request.node.name}")
 
 
-def delete_namespace(core: client.CoreV1Api, name: str, timeout: float = 300) -> None:
-    try:
-        core.delete_namespace(name)
-    except client.ApiException as error:
-        if error.status != 404:
-            raise
-    wait_for(lambda: not namespace_exists(core, name), timeout=timeout, what=f"namespace {name} to be deleted")
-
-
 @pytest.fixture
 def namespace(api):
+    """A fresh namespace with the registry claim compile and Triton pods mount."""
     core = client.CoreV1Api(api)
     name = f"faults-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"tensorkiln.dev/suite": "faults"}}})
+    install.create_namespace(core, name, {"tensorkiln.dev/suite": "faults"})
     yield name
-    delete_namespace(core, name)
+    install.delete_namespace(core, name, timeout=300)
 
 
 @pytest.fixture
-def start_operator(tmp_path):
-    """start_operator(namespace, registry_uri, **env) -> a started Operator watching only `namespace`;
-    every one is killed at the end of the test."""
-    started = []
-
-    def start(namespace: str, registry_uri: str, log_format: str = "json", **env) -> Operator:
-        log = tmp_path / f"operator-{len(started)}.log"
-        op = Operator(
-            log, registry_uri, args=["--namespace", namespace], env={"TENSORKILN_LOG_FORMAT": log_format, **env}
-        )
-        op.start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.kill()
+def registry_uri(operator) -> str:  # noqa: F811  (the fixture imported above)
+    """The installed operator's registry, this session's own: a directory of the claim every
+    namespace mounts (this machine reads it through install.claims_view, the pods at their mount)."""
+    return operator.registry_uri
 
 
 def elapsed(since: float) -> str:

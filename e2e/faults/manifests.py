@@ -90,7 +90,12 @@ def _uri(scheme: str | None = None) -> st.SearchStrategy[str]:
     by_scheme = {
         "file": path.map(lambda p: f"file:///{p}"),
         "s3": st.tuples(bucket, path).map(lambda t: f"s3://{t[0]}/{t[1]}"),
-        "https": st.tuples(host, port, st.one_of(st.just(""), path)).map(lambda t: f"https://{t[0]}{t[1]}/{t[2]}"),
+        **{
+            scheme: st.tuples(host, port, st.one_of(st.just(""), path)).map(
+                lambda t, scheme=scheme: f"{scheme}://{t[0]}{t[1]}/{t[2]}"
+            )
+            for scheme in ("http", "https")
+        },
         "pvc": st.tuples(_LABEL, path).map(lambda t: f"pvc://{t[0]}/{t[1]}"),
     }
     chosen = st.one_of(*by_scheme.values()) if scheme is None else by_scheme[scheme]
@@ -219,13 +224,27 @@ def repair(spec: dict) -> dict:
     if batching.get("enabled", True) and "preferredBatchSizes" in batching and limit is not None:
         batching["preferredBatchSizes"] = [s for s in batching["preferredBatchSizes"] if s <= limit]
 
-    objective = (spec.get("compile") or {}).get("objective") or {}
-    if "batchSize" in objective:
+    if "sequenceBatching" in serving and batching.get("enabled"):
+        batching["enabled"] = False  # one batcher per model
+
+    compile_options = spec.get("compile") or {}
+    objective = compile_options.get("objective") or {}
+    if serving.get("maxBatchSize") == 0:
+        objective.pop("batchSize", None)  # unbatched: derived (1), as shapes.batch may exclude 1
+    elif "batchSize" in objective:
         objective["batchSize"] = max(objective["batchSize"], low)
         if high is not None:
             objective["batchSize"] = min(objective["batchSize"], high)
     if objective.get("metric") == "Throughput":
         objective.setdefault("latencyBudgetMilliseconds", 50.0)
+
+    if "calibration" in compile_options:
+        compile_options.pop("syntheticInputs", None)  # the dataset gives every input
+    for entry in (compile_options.get("syntheticInputs") or {}).values():
+        if "value" in entry or not ("min" in entry and "max" in entry):  # a constant, or a whole range
+            entry.pop("min", None), entry.pop("max", None)
+        else:
+            entry["min"], entry["max"] = sorted((entry["min"], entry["max"]))
 
     hardware = spec.get("hardware")
     if hardware and hardware.get("mode") == "Explicit" and not hardware.get("pools"):
@@ -233,10 +252,13 @@ def repair(spec: dict) -> dict:
     for pool in (hardware or {}).get("pools", []):
         for toleration in pool.get("tolerations", []):
             _repair_toleration(toleration)
-    if serving.get("resources"):
-        _repair_resources(serving["resources"])
+    for resources in (serving.get("resources"), compile_options.get("resources")):
+        if resources:
+            _repair_resources(resources)
 
     slo = spec.get("slo")
+    if slo and slo.get("placement") == "LeastCost":
+        slo["mode"] = "Operator"  # one scaler places replicas across classes
     if slo and "maxReplicas" in slo and slo.get("minReplicas", 1) > slo["maxReplicas"]:
         slo["minReplicas"], slo["maxReplicas"] = slo["maxReplicas"], max(slo.get("minReplicas", 1), 1)
     return spec
@@ -341,7 +363,6 @@ BAD_URIS = [
     "/abs/model.onnx",
     "file://relative/model.onnx",
     "file:///",
-    "http://models.example/m.onnx",
     "ftp://models.example/m.onnx",
     "s3://UPPER/m.onnx",
     "s3://b/m.onnx",
@@ -429,6 +450,7 @@ def _mutations(spec: dict) -> list[tuple[str, list, Any]]:
         ("cel", ["serving", "resources", "limits"], "extended-request-without-limit"),
         ("cel", ["serving", "resources", "requests"], "extended-request-not-limit"),
         ("cel", ["serving", "resources", "requests"], "request-over-limit"),
+        ("cel", ["compile", "syntheticInputs"], "synthetic-with-calibration"),
         ("cel", ["hardware", "pools", 0, "tolerations", 0, "value"], "exists-with-value"),
         ("cel", ["hardware", "pools", 0, "tolerations", 0, "effect"], "seconds-without-no-execute"),
         ("cel", ["hardware", "pools", 0, "tolerations", 0, "key"], "equal-without-key"),
@@ -508,6 +530,7 @@ def _break_rule(spec: dict, rule: str) -> list:
     batch = spec.setdefault("shapes", {}).setdefault("batch", {})
     for key, default in (("min", 1), ("opt", 8), ("max", 32)):
         batch.setdefault(key, default)
+    batch["min"], batch["opt"], batch["max"] = sorted((batch["min"], batch["opt"], batch["max"]))  # defaults fit in
     if rule == "max-batch-over-profile":
         if batch["max"] >= 4096:
             batch["max"] = batch["opt"] = 64
@@ -559,6 +582,11 @@ def _break_rule(spec: dict, rule: str) -> list:
         serving["maxBatchSize"] = max_batch
         serving["dynamicBatching"] = {"enabled": True, "preferredBatchSizes": [max_batch + 1]}
         return ["serving", "dynamicBatching", "preferredBatchSizes"]
+    if rule == "synthetic-with-calibration":
+        compile_options = spec.setdefault("compile", {})
+        compile_options["calibration"] = {"datasetUri": "https://example.com/calibration.npz"}
+        compile_options["syntheticInputs"] = {"sr": {"value": 16000}}
+        return ["compile", "syntheticInputs"]
     raise ValueError(rule)
 
 

@@ -29,6 +29,9 @@ from tensorkiln_local.cluster.slo_workloads import SIMULATED
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = yaml.safe_load((REPO / "manifests/samples/ocr-cls-cpu.yaml").read_text())
 SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}}  # room on local-0's 2 CPUs beside a compile
+# Two compiles at once fit local-0 beside the Triton pods (the default requests a whole CPU each);
+# each may still use both CPUs.
+COMPILE = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "6Gi"}}
 SERVICE_MS = 20
 
 
@@ -55,6 +58,7 @@ def real_model(namespace: str, name: str, variant: int = 0, retries: int = 2, in
         "objective": {"metric": "LatencyP95", "batchSize": 8},
         "retries": retries,
         "deadlineSeconds": 900,
+        "resources": COMPILE,
     }
     if int8:
         spec["compile"]["calibration"] = calibration
@@ -228,10 +232,11 @@ def expected_job_name(compile_job: dict) -> str:
     return job_name(compile_job)
 
 
-def healthz(op) -> dict | None:
-    """The operator's /healthz answer (JSON), or None while it does not answer 200."""
+def healthz(op, url: str | None = None) -> dict | None:
+    """The operator's /healthz answer (JSON), or None while it does not answer 200. `url`: its health
+    port's, looked up before (op.url asks the API server, which may be down)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{op.health_port}/healthz", timeout=3) as response:
+        with urllib.request.urlopen(f"{url or op.url('health')}/healthz", timeout=3) as response:
             return json.loads(response.read()) if response.status == 200 else None
     except (OSError, ValueError):
         return None
@@ -247,7 +252,7 @@ def metric(op, name: str, **labels) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=3) as response:
+        with urllib.request.urlopen(f"{op.url('metrics')}/metrics", timeout=3) as response:
             text = response.read().decode()
     except OSError:
         return 0.0

@@ -15,7 +15,7 @@ import sys
 import time
 
 from kubernetes import client
-from tensorkiln_local.cluster import cluster, paths, processes, prometheus
+from tensorkiln_local.cluster import cluster, nodes, paths, processes, prometheus
 
 from .support import create, get_model, healthz, metric, publish_simulated, ready, simulated_model, wait_until
 
@@ -53,20 +53,21 @@ def start_apiserver() -> None:
 
 
 def test_apiserver_restarted_mid_reconcile_watches_recover_and_new_objects_converge(
-    api, namespace, start_operator, rng, tmp_path
+    api, namespace, operator, rng, tmp_path, registry_uri
 ):
-    registry_uri = f"file://{tmp_path}/registry"
     before, during, after = (
         simulated_model(namespace, n, variant=30 + i) for i, n in enumerate(("before", "during", "after"))
     )
     for model in (before, during, after):
         publish_simulated(api, registry_uri, model, tmp_path / "engines")
-    op = start_operator(namespace, registry_uri)
+    op = operator
     wait_until(lambda: healthz(op), 60, "the operator's /healthz")
     create(api, before)
     wait_until(lambda: ready(get_model(api, namespace, "before")), 180, "'before' Ready")
 
-    agent, prom = processes.pid_of(cluster.AGENT_PIDFILE), processes.pid_of(prometheus.PIDFILE)
+    kubelet = nodes.RealNode(nodes.FIRST).pidfile("kubelet")
+    agent, prom = processes.pid_of(kubelet), processes.pid_of(prometheus.PIDFILE)
+    incarnation, health = op.incarnation(), op.url("health")  # its pod, its container's restarts; /healthz
     errors_before = metric(op, "tensorkiln_watch_reconnects_total", reason="error")
     create(api, during)
     time.sleep(rng.uniform(0.2, 1.5))  # the operator is reconciling 'during' now
@@ -75,19 +76,19 @@ def test_apiserver_restarted_mid_reconcile_watches_recover_and_new_objects_conve
     try:
         assert not api_answers()
         time.sleep(DOWN_SECONDS)
-        assert op.proc.poll() is None, "the operator exited while the API server was down"
+        assert healthz(op, health) is not None, "the operator stopped answering while the API server was down"
     finally:
         start_apiserver()
     print(f"\nkube-apiserver (pid {pid}) down for {time.monotonic() - killed_at:.0f} s, restarted by kwokctl")
 
     survived = {
-        "local-0 agent": processes.pid_of(cluster.AGENT_PIDFILE) == agent,
+        "local-0's kubelet": processes.pid_of(kubelet) == agent,
         "prometheus": processes.pid_of(prometheus.PIDFILE) == prom,
     }
     print("survived the restart:", survived)
     if not all(survived.values()):
         subprocess.run([sys.executable, "-m", "tensorkiln_local", "cluster", "up"], check=True)
-    assert processes.pid_of(cluster.AGENT_PIDFILE) and processes.pid_of(prometheus.PIDFILE)
+    assert processes.pid_of(kubelet) and processes.pid_of(prometheus.PIDFILE)
 
     restarted = time.monotonic()
     create(api, after)  # reconciled only if the operator's watches came back
@@ -95,7 +96,7 @@ def test_apiserver_restarted_mid_reconcile_watches_recover_and_new_objects_conve
         wait_until(lambda name=name: ready(get_model(api, namespace, name)), 240, f"'{name}' Ready after the restart")
     print(f"'during' and 'after' Ready {time.monotonic() - restarted:.0f} s after the restart")
     assert ready(get_model(api, namespace, "before"))
-    assert op.proc.poll() is None
+    assert op.incarnation() == incarnation, "the operator restarted (or was replaced) after the API server's restart"
 
     # The resync loop lived through it (it used to die on the first refused listing).
     resync = wait_until(

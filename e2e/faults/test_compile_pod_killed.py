@@ -1,20 +1,18 @@
 """A compile pod killed mid-compile (SIGKILL, exit 137): the retry budget (spec.compile.retries)
 is honoured and the failure is reported.
 
-The kill comes from outside (`signal_container`, as a crash or an operator would), so the agent
-reports reason Error. A compile over its memory limit, killed by the kernel's OOM killer and
+The kill comes from outside (`nodes.signal_container`, through local-0's containerd, as a crash or an
+operator would), so the kubelet reports reason Error. A compile over its memory limit, killed by the kernel's OOM killer and
 reported OOMKilled, is test_compile_pod_oom.py.
 """
 
 import random
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 from tensorkiln.registry import open_registry
-from tensorkiln_local.cluster import paths
-from tensorkiln_local.node.runtime import signal_container
+from tensorkiln_local.cluster import nodes
 
 from .support import (
     compile_jobs,
@@ -31,12 +29,12 @@ RETRIES = 1  # two attempts in all
 
 
 def compiler_running(api, namespace: str, job: str, killed: set[str]):
-    """The Job's compile pod whose compiler process runs on local-0 now, not killed yet (read from
-    the agent's pid files: quicker than the pod status)."""
+    """The Job's compile pod whose compiler runs on local-0 now (its container started), not killed yet."""
     for pod in pods_of_job(api, namespace, job):
-        if pod.metadata.uid in killed or pod.spec.node_name != "local-0":
+        if pod.metadata.uid in killed or pod.spec.node_name != nodes.FIRST:
             continue
-        if signal_container(paths.LOCALNODE_STATE, pod.metadata.uid, "compiler", 0) > 0:
+        compiler = next((s for s in pod.status.container_statuses or [] if s.name == "compiler"), None)
+        if compiler and compiler.state.running:
             return pod
     return None
 
@@ -46,9 +44,7 @@ def kill_compiler(api, namespace: str, job: str, killed: set[str], rng) -> dict:
         lambda: compiler_running(api, namespace, job, killed), 300, f"a running compile pod of {job}", interval=0.2
     )
     time.sleep(rng.uniform(0.5, 4))  # somewhere inside the compile (FP32 and INT8: tens of seconds)
-    assert signal_container(paths.LOCALNODE_STATE, pod.metadata.uid, "compiler", signal.SIGKILL) > 0, (
-        f"the compiler of {pod.metadata.name} ended before the kill"
-    )
+    nodes.signal_container(pod, "compiler", "SIGKILL")
     killed.add(pod.metadata.uid)
 
     def terminated():
@@ -69,10 +65,8 @@ def the_job(api, namespace: str, model: str) -> str:
 
 
 def test_a_killed_attempt_is_retried_and_killing_every_attempt_fails_after_retries_plus_one(
-    api, namespace, start_operator, rng, tmp_path
+    api, namespace, operator, rng, tmp_path, registry_uri
 ):
-    registry_uri = f"file://{tmp_path}/registry"
-    start_operator(namespace, registry_uri)
     # Two keys, two compiles at once on local-0's two CPUs.
     create(api, real_model(namespace, "survives", variant=11, retries=RETRIES, int8=True))
     create(api, real_model(namespace, "fails", variant=12, retries=RETRIES, int8=True))

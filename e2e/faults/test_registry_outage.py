@@ -2,13 +2,16 @@
 with a growing backoff (5 s doubling, at most 80 s), creates no Job meanwhile, and converges once
 the registry is back.
 
-The operator's registry is a directory of this test (file://<tmp>/registry), made unavailable
-twice: moved away (a volume that is not mounted) and replaced by a file.
+The operator's registry is a directory of this test (registry_uri: the namespace's claim, at a path
+of its own), made unavailable twice: moved away (a volume that is not mounted) and replaced by a
+file, by this machine in the volume's directory, where the compile pods see it too.
 """
 
 import re
 import shutil
 import time
+
+from tensorkiln_local import install
 
 from .support import (
     compile_jobs,
@@ -44,18 +47,17 @@ def retries_seen(api, namespace: str, model: str, seconds: float) -> list[tuple[
 
 
 def test_registry_moved_away_or_replaced_by_a_file_is_reported_retried_with_backoff_then_converges(
-    api, namespace, start_operator, tmp_path
+    api, namespace, operator, tmp_path, registry_uri
 ):
-    root = tmp_path / "registry"
-    registry_uri = f"file://{root}"
+    root = install.claims_view() / registry_uri.removeprefix("pvc://")
     first, second = simulated_model(namespace, "first", variant=21), simulated_model(namespace, "second", variant=22)
     for model in (first, second):
         publish_simulated(api, registry_uri, model, tmp_path / "engines")
-    wait_healthy(start_operator(namespace, registry_uri))  # its registry is open (and prepared) from now on
+    wait_healthy(operator)  # its registry is open (and prepared) from now on
 
     for model, outage in ((first, "moved away"), (second, "replaced by a file")):
         name = model["metadata"]["name"]
-        away = tmp_path / "registry-away"
+        away = root.with_name(f"{root.name}-away")
         root.rename(away)
         if outage == "replaced by a file":
             root.write_text("not a registry\n")
@@ -65,7 +67,7 @@ def test_registry_moved_away_or_replaced_by_a_file_is_reported_retried_with_back
                 lambda name=name: registry_condition(api, namespace, name), 60, f"{name}: RegistryUnavailable"
             )
             assert found["status"] == "Unknown"
-            assert str(root) in found["message"], found["message"]
+            assert registry_uri in found["message"], found["message"]  # the name the user wrote
             assert ("not a directory" if outage == "replaced by a file" else "missing") in found["message"]
             seen = retries_seen(api, namespace, name, seconds=40)
             print(f"\n{name} ({outage}): attempts and announced delays {seen}")

@@ -17,6 +17,7 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.serving import client as triton
 
+from tensorkiln_local import install
 from tensorkiln_local.cluster import real_models
 
 SAMPLES = 4  # requests per served model
@@ -45,9 +46,10 @@ def condition(obj: dict, type_: str) -> dict:
 
 
 def settled(custom: client.CustomObjectsApi, namespace: str, name: str) -> str | None:
+    """Ready; Failed (the compile failed, or the operator refuses to serve the engine); else None."""
     phase = model_status(custom, namespace, name).get("phase")
     job = compile_job(custom, namespace)
-    if phase == "Ready" or (job and job.get("status", {}).get("phase") == "Failed"):
+    if phase in ("Ready", "Failed") or (job and job.get("status", {}).get("phase") == "Failed"):
         return phase or "Failed"
     return None
 
@@ -72,7 +74,8 @@ def compare(served: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> 
 
 
 def infer_and_compare(api, model: real_models.RealModel, namespace: str, staged: Path) -> tuple[float, float]:
-    address = triton.endpoints(api, namespace, model.name)[0]
+    address = triton.service_address(api, namespace, model.name)
+    triton.until_routed(lambda: triton.grpc_client(address).is_model_ready(model.name))
     session = ort.InferenceSession(str(staged / model.filename), providers=["CPUExecutionProvider"])
     arrays = model.samples(staged / model.filename, SAMPLES, 7)
     worst_cosine, worst_error = 1.0, 0.0
@@ -85,6 +88,12 @@ def infer_and_compare(api, model: real_models.RealModel, namespace: str, staged:
         cosine, error = compare(served, reference)
         worst_cosine, worst_error = min(worst_cosine, cosine), max(worst_error, error)
     return worst_cosine, worst_error
+
+
+def served_by(api, namespace: str, name: str) -> str:
+    """The platform or backend Triton loaded the model with, as the server itself reports its config."""
+    reported = triton.grpc_client(triton.service_address(api, namespace, name)).get_model_config(name, as_json=True)
+    return reported["config"].get("platform") or reported["config"].get("backend", "")
 
 
 def speedup(job: dict) -> tuple[str, str, float | None]:
@@ -100,7 +109,7 @@ def speedup(job: dict) -> tuple[str, str, float | None]:
 def run_one(api, model: real_models.RealModel, staged: Path, timeout: float) -> dict:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"matrix-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": namespace}})
+    install.create_namespace(core, namespace)  # with the registry claim compile and Triton pods mount
     body = model.inference_model()
     body["metadata"]["namespace"] = namespace
     started = time.monotonic()
@@ -111,10 +120,12 @@ def run_one(api, model: real_models.RealModel, staged: Path, timeout: float) -> 
         row["seconds"] = time.monotonic() - started
         job = compile_job(custom, namespace) or {}
         compiled = condition(job, "Compiled")
-        if model.refusal:
+        if model.refusal:  # by the compile (Compiled) or, for an engine Triton cannot serve, by the operator (Ready)
             reason, message = model.refusal
-            got = f"{compiled.get('reason')}: {compiled.get('message', '')}"
-            expected = compiled.get("reason") == reason and message in got
+            ready = condition({"status": model_status(custom, namespace, model.name)}, "Ready")
+            answer = ready if compiled.get("status") == "True" else compiled
+            got = f"{answer.get('reason')}: {answer.get('message', '')}"
+            expected = answer.get("reason") == reason and message in got
             row["result"] = REFUSED if expected else f"WRONG: {got[:300]}"
             return row
         if outcome != "Ready":
@@ -123,24 +134,26 @@ def run_one(api, model: real_models.RealModel, staged: Path, timeout: float) -> 
             return row
         row["engine"], row["p50"], row["speedup"] = speedup(job)
         cosine, error = infer_and_compare(api, model, namespace, staged)
+        row["served_by"] = served_by(api, namespace, model.name)
         gate = (body["spec"].get("compile", {}).get("accuracy") or {}).get("minCosineSimilarity", 0.99)
         row["cosine"], row["max_abs_error"] = cosine, error
         row["result"] = SERVED if cosine >= gate else f"served, DIFFERS (cosine {cosine:.4f})"
         return row
     finally:
-        core.delete_namespace(namespace)
+        install.delete_namespace(core, namespace)
 
 
 def table(rows: list[dict]) -> list[str]:
     lines = [
-        "| model | covers | quirks | result | selected engine | p50 | speedup vs baseline | cosine vs onnxruntime |",
-        "| --- | --- | --- | --- | --- | ---: | ---: | ---: |",
+        "| model | covers | quirks | result | selected engine | served by | p50 | speedup vs baseline "
+        "| cosine vs onnxruntime |",
+        "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |",
     ]
     for r in rows:
         ratio = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
         cosine = f"{r['cosine']:.5f}" if "cosine" in r else "-"
         lines.append(
             f"| {r['model']} | {r['category']} | {r['quirks']} | {r['result']} | {r.get('engine', '-')} "
-            f"| {r.get('p50', '-')} | {ratio} | {cosine} |"
+            f"| {r.get('served_by', '-')} | {r.get('p50', '-')} | {ratio} | {cosine} |"
         )
     return lines

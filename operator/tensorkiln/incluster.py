@@ -3,8 +3,7 @@
 
 Login: kopf talks to the API with its own client and, by default, takes its credentials from the
 kubernetes client's in-cluster loader, which reads the token at the fixed standard path. `login`
-reads it where `kube.load_incluster` does (that path, or $TENSORKILN_SERVICE_ACCOUNT_DIR, which
-the local node's agent sets), so kopf and the operator's own client act as the same
+reads it where `kube.load_incluster` does, so kopf and the operator's own client act as the same
 ServiceAccount, under the chart's RBAC. Outside a pod it is kopf's own kubeconfig login.
 """
 

@@ -4,7 +4,6 @@ All writes go through server-side apply under one field manager, so ownership of
 field we set is recorded by the API server and a re-apply is idempotent.
 """
 
-import os
 from pathlib import Path
 
 from kubernetes import client, config
@@ -12,15 +11,12 @@ from kubernetes.config.incluster_config import InClusterConfigLoader
 from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "tensorkiln"
-# Where a pod's ServiceAccount token, CA and namespace are. The local node's agent mounts them
-# elsewhere and names that directory in SERVICE_ACCOUNT_DIR_ENV (tensorkiln_local.node.podspec);
-# in a real cluster the variable is unset and the standard path is used.
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-SERVICE_ACCOUNT_DIR_ENV = "TENSORKILN_SERVICE_ACCOUNT_DIR"
+# Where a pod's ServiceAccount token, CA and namespace are.
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def service_account_dir() -> Path:
-    return Path(os.environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+    return SERVICE_ACCOUNT_DIR
 
 
 def load_incluster(configuration: client.Configuration | None = None) -> None:

@@ -1,5 +1,5 @@
 """Running the operator in the foreground: `tensorkiln operator run`, the container's command.
-(`tensorkiln-local operator start` runs it detached against the local cluster.)
+(The chart's Deployment runs it; tests also run it as a process of this machine.)
 
 The one place where the settings are read and the clients built: they go into an
 OperatorContext, with which the handlers and the webhook are registered into a kopf registry

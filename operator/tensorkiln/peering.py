@@ -29,8 +29,16 @@ PRIORITY = 0  # kopf's default; every TensorKiln operator runs at it
 def new_identity() -> str:
     """This operator's entry in the peering objects, passed to kopf.operator(identity=...) so that
     the resync loop can tell itself from its peers. kopf's own default has the same shape."""
-    host = os.environ.get("POD_ID") or f"{getpass.getuser()}@{socket.gethostname()}"
+    host = os.environ.get("POD_ID") or f"{_user()}@{socket.gethostname()}"
     return f"{host}/{datetime.now(UTC):%Y%m%d%H%M%S}/{secrets.token_hex(2)}"
+
+
+def _user() -> str:
+    """The login name, else the uid: a container's user (65532 in the image) has no passwd entry."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
 
 
 def join(name: str, registry: kopf.OperatorRegistry) -> None:

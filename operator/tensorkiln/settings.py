@@ -15,9 +15,14 @@ class Settings:
     compiler_version: str = COMPILER_VERSION
     # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
     registry_secret: str | None = None
-    # native: the NGC Triton image's backends; python-backend: the local cluster's Triton
-    # (nvidia-pytriton wheel), which has only the Python backend (see builders.tritonconfig).
+    # The Triton image of models whose spec.serving.image is unset (the chart's servingImage).
+    serving_image: str = "nvcr.io/nvidia/tritonserver:25.10-py3"
+    # native: Triton's own backends (NGC's image, TensorKiln's serving image); python-backend: a Triton
+    # with only the Python backend (see builders.tritonconfig).
     serving_runtime: str = "native"
+    # The Triton release of serving_image (api.serving_targets): compiles use only its runtime versions.
+    # None: unchecked.
+    serving_target: str | None = None
     # Prometheus scraping the Triton pods; without it the SLO scaler holds replicas and says why.
     prometheus_url: str | None = None
     # How often every InferenceModel and CompileJob is reconciled again whatever the watches said:
@@ -40,7 +45,7 @@ class Settings:
     # Port of kopf's health endpoint /healthz, for liveness and readiness probes (0: not served).
     health_port: int = 8080
     # Where /metrics and /healthz listen: every interface in a pod (behind its Service and probes),
-    # loopback when run on a developer's machine (`tensorkiln-local operator start`).
+    # loopback when run as a process of a developer's machine.
     listen_address: str = "0.0.0.0"
     # json: one JSON object per line with the object's namespace and name (in-cluster default);
     # full: kopf's human-readable lines ([namespace/name] prefixed); plain: the message only.
@@ -77,7 +82,9 @@ class Settings:
             registry_uri=os.environ.get("TENSORKILN_REGISTRY_URI", cls.registry_uri),
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
+            serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
             serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
+            serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS") or cls.resync_seconds),
             slo_period_seconds=float(os.environ.get("TENSORKILN_SLO_PERIOD_SECONDS") or cls.slo_period_seconds),

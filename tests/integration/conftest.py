@@ -1,4 +1,12 @@
-"""Fixtures for tests against the local cluster (`tensorkiln-local cluster up`, run by `make test`)."""
+"""Fixtures for tests against the local cluster (`make integration`: `tensorkiln-local cluster up`
+and `install`, then these tests).
+
+The operator under test is the one installed the user's way: the chart's Deployment in
+tensorkiln-system, from its image, on the real node (`operator`). The session upgrades that release
+with values of its own (a registry directory of this run, resyncs and SLO evaluations every 5 s)
+and puts the defaults back at the end. A few tests run operators as processes of this machine
+instead (`Operator`), each saying why.
+"""
 
 import os
 import signal
@@ -11,15 +19,42 @@ import pytest
 from kubernetes import client
 from tensorkiln import kube
 from tensorkiln.api import crdgen
-from tensorkiln_local import operator_process
-from tensorkiln_local.cluster import paths, prometheus
+from tensorkiln.registry.locations import PVC_ROOT_ENV
+from tensorkiln_local import install
+from tensorkiln_local.cluster import paths
 
-from .helpers import namespace_exists, wait_for
+from .helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 # Figures a test measured on this machine (e.g. one replica's capacity), printed after the run
 # even with -q, so that CI's output says what the loads were sized from.
 MEASURED: list[str] = []
+OPERATOR_SELECTOR = f"app.kubernetes.io/instance={install.RELEASE},app.kubernetes.io/component=operator"
+
+
+def cluster_state(namespace: str) -> str:
+    """What `kubectl` says about a test's namespace and the operator: printed under a failed test,
+    so that CI's output shows the state it failed in, not only the timeout."""
+    kubectl = [str(paths.BIN_DIR / "kubectl"), "--kubeconfig", str(paths.KUBECONFIG)]
+    commands = [
+        ["get", "inferencemodels,compilejobs,jobs,pods", "-o", "wide", "-n", namespace],
+        ["get", "events", "--sort-by=.lastTimestamp", "-n", namespace],
+        ["logs", "--tail=40", "-n", install.NAMESPACE, "-l", OPERATOR_SELECTOR, "-c", "operator"],
+    ]
+    sections = []
+    for args in commands:
+        done = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=30)
+        lines = [line for line in (done.stdout + done.stderr).splitlines() if "kopf.activities.probe" not in line]
+        sections.append("$ kubectl " + " ".join(args) + "\n" + "\n".join(lines[-40:]))
+    return "\n".join(sections)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call" and report.failed and "namespace" in getattr(item, "funcargs", {}):
+        report.sections.append(("cluster state", cluster_state(item.funcargs["namespace"])))
+    return report
 
 
 @pytest.fixture
@@ -38,6 +73,8 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def api():
     os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    # pvc:// registries read from this machine as the operator's pod reads them (install.claims_view).
+    os.environ.setdefault(PVC_ROOT_ENV, str(install.claims_view()))
     with kube.api_client(os.environ["KUBECONFIG"]) as api_client:
         client.VersionApi(api_client).get_code()  # fail loudly: integration tests need the cluster
         yield api_client
@@ -49,8 +86,80 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class InstalledOperator:
+    """The chart's operator (helm release `tensorkiln` in tensorkiln-system, watching every
+    namespace), driven as an operations engineer would: `kill` deletes its pod at once (SIGKILL; the
+    Deployment starts another), `stop`/`start` scale it to 0 and back to 1, `log` is what its pods
+    printed, the killed ones' included."""
+
+    def __init__(self, api_client: client.ApiClient, registry_uri: str):
+        self.core = client.CoreV1Api(api_client)
+        self.registry_uri = registry_uri
+        self._logs: list[str] = []
+
+    def pod(self) -> client.V1Pod | None:
+        pods = self.core.list_namespaced_pod(install.NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+        live = [p for p in pods if p.metadata.deletion_timestamp is None]
+        return max(live, key=lambda p: p.metadata.creation_timestamp) if live else None
+
+    def _pod_log(self, pod: client.V1Pod) -> str:
+        try:
+            return self.core.read_namespaced_pod_log(pod.metadata.name, install.NAMESPACE, container="operator")
+        except client.ApiException:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: the pod deleted with no grace period."""
+        pod = self.pod()
+        if pod is None:
+            return
+        self._logs.append(self._pod_log(pod))
+        self.core.delete_namespaced_pod(pod.metadata.name, install.NAMESPACE, grace_period_seconds=0)
+        wait_for(lambda: self.pod() is None or self.pod().metadata.uid != pod.metadata.uid, timeout=60,
+                 what="the killed operator pod to go")  # fmt: skip
+
+    def stop(self) -> None:
+        """No operator until `start`: the Deployment scaled to 0."""
+        pod = self.pod()
+        if pod is not None:
+            self._logs.append(self._pod_log(pod))
+        install.scale_operator(self.core.api_client, 0)
+
+    def start(self) -> None:
+        """One operator, Ready (after `kill`, the Deployment's replacement)."""
+        install.scale_operator(self.core.api_client, 1)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def log(self) -> str:
+        """Everything its pods printed, in order: a later call's answer extends an earlier one's."""
+        pod = self.pod()
+        return "".join(self._logs) + (self._pod_log(pod) if pod else "")
+
+    def incarnation(self) -> tuple[str, int] | None:
+        """(pod uid, operator container restarts): unchanged while the same process runs."""
+        pod = self.pod()
+        if pod is None:
+            return None
+        statuses = pod.status.container_statuses or []
+        return pod.metadata.uid, sum(c.restart_count for c in statuses if c.name == "operator")
+
+    def url(self, port_name: str) -> str:
+        """http://<pod IP>:<port> of the running pod's named port (`health`, `metrics`): the pod
+        network of the real node is this machine's."""
+        pod = self.pod()
+        if pod is None or not pod.status.pod_ip:
+            return "http://0.0.0.0:1"  # refuses at once: no operator pod to ask
+        (container,) = (c for c in pod.spec.containers if c.name == "operator")
+        port = next(p.container_port for p in container.ports if p.name == port_name)
+        return f"http://{pod.status.pod_ip}:{port}"
+
+
 class Operator:
-    """The operator as its own process, so tests can kill and restart it.
+    """The operator as a process of this machine, for tests of operators of their own (peered
+    ones, one log format or another, a webhook it registers itself): each such test says why.
 
     `args` go to `tensorkiln operator run` (e.g. --namespace), `env` over the defaults. /metrics
     and /healthz get free ports, so operators of several test sessions never collide."""
@@ -71,9 +180,7 @@ class Operator:
     def start(self):
         env = {
             **os.environ,
-            "TENSORKILN_REGISTRY_URI": self.registry_uri,
-            "TENSORKILN_SERVING_RUNTIME": "python-backend",
-            "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
+            **install.process_environment(self.registry_uri),
             "KUBECONFIG": str(paths.KUBECONFIG),
             "TENSORKILN_RESYNC_SECONDS": "5",
             "TENSORKILN_SLO_PERIOD_SECONDS": "5",
@@ -87,6 +194,9 @@ class Operator:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            # It runs as root, the pod as the compiler's group: what it makes in the registry volume
+            # (setgid, group 65532) stays writable for that group, as the installed operator's does.
+            umask=install.REGISTRY_UMASK,
         )
 
     def kill(self):
@@ -103,22 +213,34 @@ class Operator:
         return self.log_path.read_text(errors="replace")
 
 
+# This session's values over those `install` gives the chart: a registry directory of its own (a
+# compile test must not be a cache hit of an earlier run) and faster periodic work.
+# No admission webhook: tests that check what the operator says of a bad spec would be refused at
+# admission instead (test_helm_webhook and test_helm_cert_manager check the chart's webhook).
+def session_values(run: str) -> dict:
+    return {
+        "registry": {"filesystem": {"path": f"engines-{run}"}},
+        "resyncSeconds": 5,
+        "sloPeriodSeconds": 5,
+        "webhook": {"enabled": False},
+    }
+
+
 @pytest.fixture(scope="session")
-def operator(api, tmp_path_factory):
-    operator_process.stop()  # a demo operator would act alongside the one under test
-    # A registry of this session's own: a compile test must not be a cache hit of an earlier run.
-    registry_dir = tmp_path_factory.mktemp("registry")
-    op = Operator(tmp_path_factory.mktemp("operator") / "operator.log", f"file://{registry_dir}")
+def operator(api):
+    run = uuid.uuid4().hex[:8]
+    values = install.install(namespaces=(), overrides=session_values(run))
+    op = InstalledOperator(api, f"pvc://{install.CLAIM}/{values['registry']['filesystem']['path']}")
     op.start()
     yield op
-    op.kill()
+    install.install(namespaces=())  # the defaults back, for `make demo` on the same cluster
 
 
 @pytest.fixture
 def alone(operator):
     """For tests of operators of their own (the chart's, peered ones): the session's cluster-wide
-    test operator would reconcile their namespaces too, so it is stopped meanwhile."""
-    operator.kill()
+    operator would reconcile their namespaces too, so it is stopped meanwhile."""
+    operator.stop()
     yield
     operator.start()
 
@@ -147,10 +269,10 @@ def kopf_peering_crds(api):
 
 @pytest.fixture
 def namespace(api):
+    """A fresh namespace with the registry claim `tensorkiln-registry` that compile and Triton pods mount;
+    deleted afterwards, its pods waited for: they hold simulated GPUs (8 L4s in all) the next test needs."""
     core = client.CoreV1Api(api)
     name = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
+    install.create_namespace(core, name)
     yield name
-    core.delete_namespace(name)
-    # Wait until it is gone: its pods hold simulated GPUs (8 L4s in all) the next test needs.
-    wait_for(lambda: not namespace_exists(core, name), timeout=180, what=f"namespace {name} to be deleted")
+    install.delete_namespace(core, name)

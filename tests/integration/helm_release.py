@@ -1,31 +1,32 @@
 """Fixtures for `helm install` of charts/tensorkiln into the local cluster (test_helm_install,
-test_helm_webhook): the chart's operator pod runs on the real node local-0 (the agent maps the
-operator image to this machine's venv, images.py) and logs in as the chart's ServiceAccount.
+test_helm_webhook): a release of the chart's own in one fresh namespace, from the images `install`
+pushed to the local registry, its operator pod on the real node local-0, logged in as the chart's
+ServiceAccount.
 
-Everything stays in one fresh namespace: the release watches only it (watchNamespaces), so the
-operator never acts on other namespaces; the registry is a PersistentVolumeClaim bound to a
-hostPath PersistentVolume on a temporary directory (the local cluster has no provisioner). The
-chart's cluster-scoped objects, and the kopf peering CRDs when the cluster lacked them, are
-removed again afterwards. A test module sets values of its own with a `chart_values` fixture.
+Everything stays in that namespace: the release watches only it (watchNamespaces), so the operator
+never acts on other namespaces; its registry is the namespace's claim `tensorkiln-registry` (the
+`namespace` fixture's) at a path of its own. The chart's cluster-scoped objects, and the kopf
+peering CRDs when the cluster lacked them, are removed again afterwards. A test module sets values
+of its own with a `chart_values` fixture.
 """
 
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
+from tensorkiln import kube
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.api.crdgen import kopf_peering_crds
-from tensorkiln_local import installmanifests
-from tensorkiln_local.cluster import binaries, paths, prometheus
+from tensorkiln_local import install, installmanifests
+from tensorkiln_local.cluster import binaries, paths, registry
+from tensorkiln_local.images import build as images
 
-from .conftest import free_port
 from .helpers import wait_for
 
-CLAIM = "tensorkiln-registry"
+CLAIM = install.CLAIM
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 LOCAL_NODE = "local-0"
 
@@ -43,45 +44,10 @@ def tools(api):
 
 
 @pytest.fixture
-def registry_volume(api, namespace, tmp_path):
-    """A claim named CLAIM in the namespace, bound to a hostPath PersistentVolume on a fresh directory."""
-    core = client.CoreV1Api(api)
-    directory = tmp_path / "registry-volume"
-    directory.mkdir()
-    pv_name = f"{namespace}-registry"
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": pv_name, "labels": {"tensorkiln.dev/test": namespace}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(directory), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": CLAIM},
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": CLAIM},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": pv_name,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-
-    def bound():
-        return core.read_namespaced_persistent_volume_claim(CLAIM, namespace).status.phase == "Bound"
-
-    wait_for(bound, timeout=60, what=f"claim {namespace}/{CLAIM} to bind")
-    yield directory
-    # Released once the namespace (and so the claim) is gone: the PV goes then.
-    core.delete_persistent_volume(pv_name)
+def registry_volume(namespace) -> str:
+    """The release's registry, as a URI this machine can publish seeds to: the namespace's claim,
+    at a path of the release's own."""
+    return f"pvc://{CLAIM}/engines-{namespace}"
 
 
 @pytest.fixture
@@ -97,22 +63,20 @@ def release(api, tools, namespace, registry_volume, chart_values):
     extensions = client.ApiextensionsV1Api(api)
     existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
     name = f"tk-{namespace}"
-    values = {
-        "watchNamespaces": [namespace],
-        "registry": {"kind": "filesystem", "filesystem": {"existingClaim": CLAIM, "path": "engines"}},
-        "servingRuntime": "python-backend",
-        "prometheusUrl": prometheus.url(),
-        "webhook": {"enabled": False},
-        "resyncSeconds": 5,
-        # Its probes and metrics listen on every address of this machine: ports of their own.
-        "health": {"port": free_port()},
-        "metrics": {"port": free_port()},
-        "nodeSelector": {"kubernetes.io/hostname": LOCAL_NODE},
-    }
-    if "modelFileRoots" in _chart_values():
-        values["modelFileRoots"] = [str(paths.SAMPLE_MODELS)]  # the workload's file:// source
-    values.update(chart_values)
-    values_file = registry_volume.parent / "values.json"
+    values = install.merged(
+        install.chart_values(images.pushed(registry.HOST)),
+        {
+            "watchNamespaces": [namespace],
+            "registry": {"filesystem": {"path": registry_volume.removeprefix(f"pvc://{CLAIM}/")}},
+            "webhook": {"enabled": False},
+            "resyncSeconds": 5,
+            "nodeSelector": {"kubernetes.io/hostname": LOCAL_NODE},
+        },
+    )
+    if "modelFileRoots" not in _chart_values():
+        values.pop("modelFileRoots")
+    values = install.merged(values, chart_values)
+    values_file = paths.STATE_DIR / f"values-{namespace}.json"
     values_file.write_text(json.dumps(values))
     installed = run([*helm, "install", name, str(paths.CHART_DIR), "--namespace", namespace, "-f", str(values_file)])
     assert installed.returncode == 0, installed.stderr
@@ -169,13 +133,12 @@ def wait_operator_ready(core: client.CoreV1Api, namespace: str, release: str) ->
 
 
 def container_log(pod: client.V1Pod) -> str:
-    """The agent keeps each container's output (there is no kubelet API for `kubectl logs`)."""
-    path = paths.LOCALNODE_STATE / "pods" / pod.metadata.uid / "operator" / "log"
-    return path.read_text(errors="replace")[-6000:] if path.exists() else "(no log)"
-
-
-def process_env(pod: client.V1Pod) -> dict[str, str]:
-    """The operator container's environment, as its process has it (containerID local://<pid>)."""
-    pid = pod.status.container_statuses[0].container_id.removeprefix("local://")
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    """The operator container's output (`kubectl logs`), its last 6000 characters."""
+    with kube.api_client() as api:
+        try:
+            log = client.CoreV1Api(api).read_namespaced_pod_log(
+                pod.metadata.name, pod.metadata.namespace, container="operator"
+            )
+        except client.ApiException as error:
+            return f"(no log: {error.reason})"
+    return log[-6000:]

@@ -3,10 +3,10 @@ module's deploy/crds, its controller and cainjector built from Go modules (local
 certmanager) and run as local processes acting in the release's namespace only. cert-manager
 issues the chart's Certificate from its self-signed Issuer into the Secret the operator mounts,
 cainjector writes the CA into the chart's ValidatingWebhookConfiguration, and the real API server
-calls the webhook through the chart's Service (service_proxy, a SIMULATION of kube-proxy).
-The operator pod is never replaced: its Secret volume is optional and starts empty, and the local
-node agent, like a kubelet, re-syncs it once cert-manager has issued the Secret, and again when a
-renewal (triggered as `cmctl renew` does) replaces it.
+calls the webhook through the chart's Service (kube-proxy routes its ClusterIP).
+The operator pod is never replaced: its Secret volume is optional and starts empty, and the kubelet
+re-syncs it once cert-manager has issued the Secret, and again when a renewal (triggered as `cmctl
+renew` does) replaces it.
 The CRDs are removed afterwards when the cluster lacked them.
 """
 
@@ -14,40 +14,20 @@ import base64
 import datetime
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
-from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.cluster import binaries, certmanager, paths
 
 from . import helm_release
-from .conftest import free_port
 from .helm_release import container_log, wait_operator_ready
 from .helpers import wait_for
-from .service_proxy import service_proxy
 from .test_helm_webhook import _assert_webhook_judges, _ca_bundle
 
 # The shared fixtures, found by pytest as this module's attributes.
 registry_volume, release, tools = helm_release.registry_volume, helm_release.release, helm_release.tools
 
 pytestmark = pytest.mark.cluster
-MODULE = "github.com/cert-manager/cert-manager"
-
-
-def _crds() -> list[dict]:
-    """cert-manager's CRDs, from the source of the module the binary was built from."""
-    build_dir = paths.GO_BUILD_DIR / "certmanager"
-    found = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", MODULE],
-        cwd=build_dir,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    crd_dir = Path(found.stdout.strip()) / "deploy" / "crds"
-    return [yaml.safe_load(p.read_text()) for p in sorted(crd_dir.glob("*.yaml"))]
 
 
 @pytest.fixture
@@ -55,8 +35,8 @@ def cert_manager(api, namespace, tmp_path):
     bin_dir = binaries.ensure(("certmanager",))
     extensions = client.ApiextensionsV1Api(api)
     existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
-    created = [crd["metadata"]["name"] for crd in _crds() if crd["metadata"]["name"] not in existing]
-    for crd in _crds():
+    created = [crd["metadata"]["name"] for crd in certmanager.crds() if crd["metadata"]["name"] not in existing]
+    for crd in certmanager.crds():
         if crd["metadata"]["name"] in created:
             extensions.create_custom_resource_definition(crd)
 
@@ -93,7 +73,7 @@ def cert_manager(api, namespace, tmp_path):
 @pytest.fixture
 def chart_values(cert_manager) -> dict:
     """cert-manager mode (the default, chosen since the cluster serves cert-manager.io/v1)."""
-    return {"webhook": {"enabled": True, "failurePolicy": "Fail", "port": free_port()}}
+    return {"webhook": {"enabled": True, "failurePolicy": "Fail"}}
 
 
 def test_cert_manager_issues_and_injects_the_certificate_the_api_server_checks(api, namespace, release, cert_manager):
@@ -123,11 +103,10 @@ def test_cert_manager_issues_and_injects_the_certificate_the_api_server_checks(a
         pytest.fail(f"caBundle not injected\n{logs()}")
 
     pod = wait_operator_ready(core, namespace, release)
-    with service_proxy(api, namespace, name):
-        try:
-            _assert_webhook_judges(api, namespace)
-        except AssertionError as error:
-            pytest.fail(f"{error}\n{container_log(pod)}")
+    try:
+        _assert_webhook_judges(api, namespace)
+    except AssertionError as error:
+        pytest.fail(f"{error}\n{container_log(pod)}")
 
     # A renewal in place reaches the running container's files, with no restart.
     issued = core.read_namespaced_secret(secret, namespace).data["tls.crt"]
@@ -138,8 +117,15 @@ def test_cert_manager_issues_and_injects_the_certificate_the_api_server_checks(a
         what="cert-manager to renew the certificate",
     )
     renewed = base64.b64decode(core.read_namespaced_secret(secret, namespace).data["tls.crt"])
-    mounted = paths.LOCALNODE_STATE / "pods" / pod.metadata.uid / "volumes" / "webhook-cert" / "tls.crt"
-    wait_for(lambda: mounted.read_bytes() == renewed, timeout=60, what="the renewed certificate in the pod's volume")
+    kubectl = [str(paths.BIN_DIR / "kubectl"), "--kubeconfig", str(paths.KUBECONFIG)]
+    mounted = [*kubectl, "exec", "-n", namespace, pod.metadata.name, "-c", "operator", "--",
+               "cat", "/etc/tensorkiln/webhook/tls.crt"]  # fmt: skip
+
+    def in_volume() -> bytes:
+        return subprocess.run(mounted, capture_output=True, check=True).stdout
+
+    # The kubelet refreshes Secret volumes on its sync period (a minute) plus its cache's TTL.
+    wait_for(lambda: in_volume() == renewed, timeout=150, what="the renewed certificate in the pod's volume")
     now = core.read_namespaced_pod(pod.metadata.name, namespace)
     assert now.status.container_statuses[0].restart_count == pod.status.container_statuses[0].restart_count
 

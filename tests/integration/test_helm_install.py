@@ -8,7 +8,6 @@ published into the registry's directory beforehand (engine_seeds.publish_simulat
 """
 
 import json
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -16,7 +15,8 @@ from tensorkiln.api import GROUP, VERSION
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
 from . import helm_release
-from .helm_release import LOCAL_NODE, SA_PATH, container_log, process_env, run, wait_operator_ready
+from .helm_release import LOCAL_NODE, SA_PATH, container_log, run, wait_operator_ready
+from .helpers import wait_for
 
 # The shared fixtures, found by pytest as this module's attributes.
 chart_values, registry_volume, release, tools = (
@@ -27,6 +27,13 @@ chart_values, registry_volume, release, tools = (
 )
 
 pytestmark = pytest.mark.cluster
+
+
+def in_pod(kubectl: list[str], pod: client.V1Pod, *command: str) -> str:
+    """`kubectl exec` in the operator container: what its process sees."""
+    done = run([*kubectl, "exec", "-n", pod.metadata.namespace, pod.metadata.name, "-c", "operator", "--", *command])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_helm_install_reconciles_a_model_to_ready_as_the_chart_service_account(
@@ -45,26 +52,25 @@ def test_helm_install_reconciles_a_model_to_ready_as_the_chart_service_account(
     assert pod.spec.node_name == LOCAL_NODE
     assert pod.spec.service_account_name == account
 
-    # ServiceAccount admission added the token volume, and the agent gave the process that token.
-    token_volume = next(v for v in pod.spec.volumes if v.name.startswith("kube-api-access-"))
+    # ServiceAccount admission added the token volume; the kubelet mounted it where clients look, and gave
+    # the process the `kubernetes` Service's address.
+    assert any(v.name.startswith("kube-api-access-") for v in pod.spec.volumes)
     assert any(m.mount_path == SA_PATH for m in pod.spec.containers[0].volume_mounts)
-    env = process_env(pod)
+    env = dict(line.split("=", 1) for line in in_pod(kubectl, pod, "env").splitlines() if "=" in line)
     assert "KUBECONFIG" not in env
-    token_dir = Path(env["TENSORKILN_SERVICE_ACCOUNT_DIR"])
-    assert token_dir.name == token_volume.name
-    assert f"{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}" in api.configuration.host
+    kubernetes_service = core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == (kubernetes_service, "443")
     as_pod = client.Configuration()
-    as_pod.host, as_pod.ssl_ca_cert = api.configuration.host, str(token_dir / "ca.crt")
-    as_pod.api_key = {"BearerToken": "Bearer " + (token_dir / "token").read_text()}
+    as_pod.host, as_pod.ssl_ca_cert = api.configuration.host, api.configuration.ssl_ca_cert
+    as_pod.cert_file = as_pod.key_file = None
+    as_pod.api_key = {"BearerToken": "Bearer " + in_pod(kubectl, pod, "cat", f"{SA_PATH}/token")}
     with client.ApiClient(as_pod) as pod_api:
         review = client.AuthenticationV1Api(pod_api).create_self_subject_review({"metadata": {}})
     assert review.status.user_info.username == f"system:serviceaccount:{namespace}:{account}"
 
     # The operator reconciles a model to Ready with only the chart's RBAC.
     try:
-        deployment = deploy(
-            api, f"file://{registry_volume}/engines", namespace, SIMULATED, tmp_path / "engines", ready_within=240
-        )
+        deployment = deploy(api, registry_volume, namespace, SIMULATED, tmp_path / "engines", ready_within=240)
     except TimeoutError as exc:
         model = client.CustomObjectsApi(api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, "inferencemodels", SIMULATED.name
@@ -75,8 +81,13 @@ def test_helm_install_reconciles_a_model_to_ready_as_the_chart_service_account(
     )
     assert model["status"]["phase"] == "Ready"
     assert model["status"]["observedGeneration"] == model["metadata"]["generation"]
-    serving = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace)
-    assert serving.status.ready_replicas == SIMULATED.slo["minReplicas"]
+    # Ready means serving: the first replica answers while the second may still start.
+    apps, replicas = client.AppsV1Api(api), SIMULATED.slo["minReplicas"]
+    wait_for(
+        lambda: apps.read_namespaced_deployment(deployment, namespace).status.ready_replicas == replicas,
+        timeout=120,
+        what=f"{replicas} ready replicas of {deployment}",
+    )
     (compile_job,) = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, namespace, "compilejobs"
     )["items"]

@@ -6,7 +6,7 @@ InferenceModel naming the field, admits a good one, and renews the certificate w
 failurePolicy is Fail here, so an admitted request proves the webhook answered (with Ignore, a
 webhook the API server cannot reach admits everything). The certificate lives 4 minutes and is
 renewed 3 minutes before expiry, so the running operator renews it about a minute after issuing.
-The API server reaches the Service's ClusterIP through service_proxy, a SIMULATION of kube-proxy.
+The API server reaches the Service's ClusterIP through kube-proxy, as in any cluster.
 Admission requests are server-side dry runs: the webhook is called, nothing is stored.
 """
 
@@ -20,12 +20,11 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 from tensorkiln.admission import certificates, webhook
+from tensorkiln.serving.client import ready_endpoints
 
 from . import helm_release
-from .conftest import free_port
 from .helm_release import CLAIM, container_log, wait_operator_ready
 from .helpers import wait_for
-from .service_proxy import ready_endpoint, service_proxy
 from .test_webhook import model, refusal
 
 # The shared fixtures, found by pytest as this module's attributes.
@@ -35,6 +34,9 @@ pytestmark = pytest.mark.cluster
 DURATION, RENEW_BEFORE = "4m", "3m"
 
 
+WEBHOOK_PORT = 9443  # the chart's default webhook.port
+
+
 @pytest.fixture
 def chart_values() -> dict:
     return {
@@ -42,7 +44,6 @@ def chart_values() -> dict:
             "enabled": True,
             "certManager": False,
             "failurePolicy": "Fail",
-            "port": free_port(),  # the pod listens on its 127.0.0.x address, on this machine's ports
             "certDuration": DURATION,
             "certRenewBefore": RENEW_BEFORE,
         }
@@ -77,10 +78,29 @@ def _not_after(bundle: certificates.Bundle) -> datetime.datetime:
     return x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc
 
 
+def _refusal_once_reachable(api, body) -> client.ApiException | None:
+    """`refusal`, once the API server reaches the webhook: through the Service's ClusterIP, which
+    kube-proxy routes a moment after the pod is ready; until then the call fails (500, "failed
+    calling webhook"), as failurePolicy Fail says."""
+
+    last = []
+
+    def answered():
+        error = refusal(api, body)
+        last[:] = [error and error.body]
+        unreachable = error is not None and error.status == 500 and "failed calling webhook" in (error.body or "")
+        return None if unreachable else (error,)
+
+    try:
+        return wait_for(answered, timeout=60, what="the API server to reach the webhook through its Service")[0]
+    except pytest.fail.Exception as timeout:
+        pytest.fail(f"{timeout}; last answer: {last[0]}")
+
+
 def _assert_webhook_judges(api, namespace):
     """The API server calls the webhook: a missing claim is refused naming the field, an existing one admitted."""
-    error = refusal(api, model(namespace, "missing-claim", uri="pvc://no-such-claim/model.onnx"))
-    assert error is not None and error.status == 422, error
+    error = _refusal_once_reachable(api, model(namespace, "missing-claim", uri="pvc://no-such-claim/model.onnx"))
+    assert error is not None and error.status == 422, f"{error}: {error and error.body}"
     message = json.loads(error.body)["message"]
     assert webhook.WEBHOOK_NAME in message
     assert f"spec.source.uri: PersistentVolumeClaim no-such-claim does not exist in namespace {namespace}" in message
@@ -101,34 +121,34 @@ def test_operator_keeps_and_renews_the_certificate_the_api_server_checks(api, na
     assert duration - datetime.timedelta(minutes=5) == certificates.parse_duration(DURATION, "d")  # 5 min skew
     wait_for(lambda: _ca_bundle(admission, name) == first.ca, timeout=30, what="the caBundle from the Secret")
 
-    # The Service selects the pod, at its 127.0.0.x address and the webhook's container port.
-    endpoint = wait_for(lambda: ready_endpoint(api, namespace, name), timeout=60, what=f"a ready pod of Service {name}")
-    assert endpoint == (pod.status.pod_ip, chart_values["webhook"]["port"])
-
-    with service_proxy(api, namespace, name):
-        try:
-            _assert_webhook_judges(api, namespace)
-        except AssertionError as error:
-            pytest.fail(f"{error}\n{container_log(pod)}")
-
-        # While running, the operator renews the certificate RENEW_BEFORE ahead of its expiry.
-        renewed = wait_for(
-            lambda: (b := _secret_bundle(core, namespace, secret)) and _serial(b) != _serial(first) and b,
-            timeout=120,
-            what=f"the operator to renew the certificate in Secret {secret}",
-        )
-        assert _not_after(renewed) > _not_after(first)
-        # The new ca.crt trusts the new certificate and the one it replaced.
-        assert certificates.ca_certificates(first.ca)[0] in certificates.ca_certificates(renewed.ca)
-        # caBundle first (it trusts the old and the new certificate), then the new certificate is
-        # served, by the same server: CA_PROPAGATION_SECONDS later.
-        wait_for(lambda: _ca_bundle(admission, name) == renewed.ca, timeout=30, what="the caBundle renewed")
-        wait_for(
-            lambda: _served_serial(*endpoint, server_name, renewed.ca) == _serial(renewed),
-            timeout=webhook.CA_PROPAGATION_SECONDS + 30,
-            what="the webhook to serve the renewed certificate",
-        )
+    # The Service selects the pod: its EndpointSlice lists the pod's address, ready.
+    wait_for(
+        lambda: pod.status.pod_ip in ready_endpoints(api, namespace, name), timeout=60, what=f"pod in Service {name}"
+    )
+    endpoint = (pod.status.pod_ip, WEBHOOK_PORT)
+    try:
         _assert_webhook_judges(api, namespace)
+    except AssertionError as error:
+        pytest.fail(f"{error}\n{container_log(pod)}")
+
+    # While running, the operator renews the certificate RENEW_BEFORE ahead of its expiry.
+    renewed = wait_for(
+        lambda: (b := _secret_bundle(core, namespace, secret)) and _serial(b) != _serial(first) and b,
+        timeout=120,
+        what=f"the operator to renew the certificate in Secret {secret}",
+    )
+    assert _not_after(renewed) > _not_after(first)
+    # The new ca.crt trusts the new certificate and the one it replaced.
+    assert certificates.ca_certificates(first.ca)[0] in certificates.ca_certificates(renewed.ca)
+    # caBundle first (it trusts the old and the new certificate), then the new certificate is
+    # served, by the same server: CA_PROPAGATION_SECONDS later.
+    wait_for(lambda: _ca_bundle(admission, name) == renewed.ca, timeout=30, what="the caBundle renewed")
+    wait_for(
+        lambda: _served_serial(*endpoint, server_name, renewed.ca) == _serial(renewed),
+        timeout=webhook.CA_PROPAGATION_SECONDS + 30,
+        what="the webhook to serve the renewed certificate",
+    )
+    _assert_webhook_judges(api, namespace)
 
     # Renewed in place: the operator never restarted.
     assert not core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses[0].restart_count

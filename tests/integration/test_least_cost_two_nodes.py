@@ -16,7 +16,7 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
 from tensorkiln.status.conditions import find
-from tensorkiln_local.cluster import cost_workload, localnodes
+from tensorkiln_local.cluster import cluster, cost_workload, nodes
 from tensorkiln_local.cluster.cost_workload import NAME
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
 
@@ -30,13 +30,13 @@ FAST, CHEAP = (pool.name for pool in cost_workload.POOLS)
 def second_node(api):
     """local-1 up, both real nodes priced; afterwards unpriced, and local-1 gone (unless it ran before)."""
     core = client.CoreV1Api(api)
-    was_up = "local-1" in localnodes.running()
-    localnodes.start(core, "local-1")
+    was_up = "local-1" in nodes.running()
+    cluster.start_node(core, "local-1")
     cost_workload.set_prices(core, cost_workload.pool_prices())
     yield
     cost_workload.set_prices(core, dict.fromkeys(cost_workload.pool_prices()))
     if not was_up:
-        localnodes.remove(core, "local-1")
+        nodes.delete(core, "local-1")
 
 
 def model(api, namespace) -> dict:
@@ -83,7 +83,7 @@ def test_least_cost_serves_a_low_load_on_the_cheap_node_alone_and_per_class_on_b
         assert {p.spec.node_name for p in serving} == {"local-1"}, [
             (p.metadata.name, p.spec.node_name) for p in serving
         ]
-        assert all(p.status.pod_ip.startswith("127.0.1.") for p in serving)
+        assert all(p.status.pod_ip.startswith("10.244.1.") for p in serving)
 
         # PerClass: each class keeps a replica of its own, and the Service's even spread sends both requests
         patch = {"spec": {"slo": {"placement": "PerClass"}}}

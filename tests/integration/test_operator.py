@@ -11,9 +11,10 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.hardware.classes import GPU_PRODUCT
+from tensorkiln_local import install
 from tensorkiln_local.cluster import paths, pools
 
-from .helpers import namespace_exists, wait_for
+from .helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -197,11 +198,10 @@ def test_a_namespace_with_compile_pods_on_simulated_nodes_is_deleted(api, operat
     """Job pods carry a finalizer that only terminal pods lose: kwok must terminate them as a kubelet would."""
     core = client.CoreV1Api(api)
     name = f"t-gone-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
+    install.create_namespace(core, name)  # with the registry claim compile pods mount
     create_model(api, name)
     wait_for(lambda: scheduled_pods(api, name), what="compile pods")
-    core.delete_namespace(name)
-    wait_for(lambda: not namespace_exists(core, name), timeout=120, what=f"namespace {name} to be deleted")
+    install.delete_namespace(core, name, timeout=120, until_gone=True)
 
 
 def test_compile_jobs_get_events_from_handlers_and_resync_alike(api, operator, namespace):

@@ -22,6 +22,7 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
 from tensorkiln.scaling.metrics import MetricsUnavailable, connect, observe, queries
+from tensorkiln_local import install
 from tensorkiln_local.cluster import prometheus
 
 from .helpers import wait_for
@@ -36,7 +37,7 @@ def triton(api, operator):
     """The model served on local-0, in a namespace of its own; yields (namespace, the Triton pod)."""
     core = client.CoreV1Api(api)
     namespace = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
+    install.create_namespace(core, namespace)  # with the registry claim compile and Triton pods mount
     model = copy.deepcopy(SAMPLE)
     model["metadata"] = {"name": NAME, "namespace": namespace}
     model["spec"]["compile"] = {
@@ -48,7 +49,7 @@ def triton(api, operator):
     wait_for(lambda: rolled_out(api, namespace), timeout=600, interval=3, what="compile, rollout and readiness")
     (pod,) = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serving").items
     yield namespace, pod
-    core.delete_namespace(namespace)
+    install.delete_namespace(core, namespace)
 
 
 def summary_seen(prom, namespace: str, hardware_class: str, percentile: str = "p95"):
@@ -109,6 +110,8 @@ def record(name: str, namespace: str, hardware_class: str, percentile: str, wind
         promql: requests.get(f"{prometheus.url()}/api/v1/query", params={"query": promql, "time": at}, timeout=5).json()
         for promql in queries(**target, window=window).values()
     }
+    failed = {promql: answer for promql, answer in responses.items() if answer.get("status") != "success"}
+    assert not failed, failed  # a recording of errors would replay as Prometheus's answers
     document = {"target": {**target, "window": window}, "responses": responses}
     (Path(RECORD) / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
 
@@ -123,6 +126,8 @@ def test_record_responses(api, triton):
         time.sleep(10)
         record("busy", namespace, hardware_class, "p95", "30s")
         record("busy-p99", namespace, hardware_class, "p99", "30s")
+        # What each recording stands for holds when it is made: under load, the summary's quantile.
+        assert observe(prom, namespace, NAME, hardware_class, "p95").latency_source == "summary-p95"
 
     def summary_expired():  # Triton keeps a summary's observations for about a minute
         seen = observe(prom, namespace, NAME, hardware_class, "p95", window="5m")
@@ -132,3 +137,4 @@ def test_record_responses(api, triton):
     record("summary-expired", namespace, hardware_class, "p95", "5m")
     record("idle", namespace, hardware_class, "p95", "30s")
     record("unknown-target", namespace, "no-such-class", "p95", "30s")
+    assert observe(prom, namespace, NAME, "no-such-class", "p95") is None

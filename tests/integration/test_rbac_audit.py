@@ -20,7 +20,6 @@ import pytest
 from kubernetes import client
 from tensorkiln import rbac
 from tensorkiln_local import rbac_audit
-from tensorkiln_local.cluster import paths
 from tensorkiln_local.cluster.cluster import AUDIT_LOG, audit_lines
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
@@ -43,14 +42,13 @@ def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
 ):
     assert AUDIT_LOG.exists(), f"no {AUDIT_LOG}: the cluster predates its audit policy; run tensorkiln-local cluster up"
     pod = wait_operator_ready(client.CoreV1Api(api), namespace, release)
-    deploy(api, f"file://{registry_volume}/engines", namespace, SIMULATED, tmp_path / "engines", ready_within=240)
+    deploy(api, registry_volume, namespace, SIMULATED, tmp_path / "engines", ready_within=240)
     user = f"system:serviceaccount:{namespace}:{pod.spec.service_account_name}"
     time.sleep(20)  # the rollout's last status writes and watch events settle
     quiet_from = datetime.now(UTC)
     time.sleep(QUIET_SECONDS)
     quiet = rbac_audit.requests_since(audit_lines(), user, quiet_from)
-    # The local node keeps each container's output in its pod's directory (tensorkiln_local.node.podspec).
-    operator_log = (paths.LOCALNODE_STATE / "pods" / pod.metadata.uid / "operator" / "log").read_text()
+    operator_log = client.CoreV1Api(api).read_namespaced_pod_log(pod.metadata.name, namespace, container="operator")
     writes_logged = [line for line in operator_log.splitlines() if '"message": "applying ' in line][-6:]
     helm_release._delete_models(api, namespace)  # the operator finalizes the model and its CompileJob
 

@@ -1,8 +1,8 @@
 """Real models from PyPI wheels, applied as a new user would (a minimal spec on the real CPU node):
-two that serve, compared with onnxruntime through Triton, and one that cannot be served, refused
-with its exact message. The whole coverage matrix (ten models, a compile each) is `make matrix`
-(e2e/bench_models.py); these are the quick ones, so that `make test` proves the path. silero-vad is
-among them because only the cluster path showed its Triton refusing its scalar input's config."""
+one that Triton's native backend serves, compared with onnxruntime through Triton, and two that
+cannot be served, refused with their exact messages. The whole coverage matrix (a compile each) is
+`make matrix` (e2e/bench_models.py); these are the quick ones, so that `make test` proves the path.
+silero-vad is among them because only the cluster path showed Triton refusing its scalar input."""
 
 from pathlib import Path
 
@@ -20,19 +20,20 @@ def staged():
     return directory
 
 
+def test_a_real_model_serves_natively_and_matches_onnxruntime(api, operator, staged):
+    row = matrix.run_one(api, real_models.BY_NAME["digits-mlp-opset9"], staged, timeout=600)  # old opset, classic ML
+    assert row["result"] == matrix.SERVED, row
+    assert row["engine"] != "-" and row["cosine"] > 0.999
+    assert row["served_by"] in ("onnxruntime_onnx", "openvino"), row  # Triton's native backend, not the runner
+
+
 @pytest.mark.parametrize(
     "name",
     [
-        "digits-mlp-opset9",  # an old opset, classic-ML operators
-        "silero-vad",  # stateful, served unbatched, a rank-0 input, control flow
+        "digits-mlp-opset9-zipmap",  # a map output: the compile refuses it, with the hint
+        "silero-vad",  # a rank-0 input served unbatched: compiled, then refused for Triton, naming the input
     ],
 )
-def test_a_real_model_serves_and_matches_onnxruntime(api, operator, staged, name):
+def test_a_model_that_cannot_be_served_is_refused_with_the_reason(api, operator, staged, name):
     row = matrix.run_one(api, real_models.BY_NAME[name], staged, timeout=600)
-    assert row["result"] == matrix.SERVED, row
-    assert row["engine"] != "-" and row["cosine"] > 0.999
-
-
-def test_a_model_with_a_map_output_is_refused_with_the_hint(api, operator, staged):
-    row = matrix.run_one(api, real_models.BY_NAME["digits-mlp-opset9-zipmap"], staged, timeout=600)
     assert row["result"] == matrix.REFUSED, row

@@ -21,22 +21,26 @@ ACCESS_KEY, SECRET_KEY, BUCKET = "tensorkiln-test", "tensorkiln-test-secret", "e
 
 
 class VersityGateway:
-    """A versitygw process serving data_dir (each bucket is a directory) on 127.0.0.1."""
+    """A versitygw process serving data_dir (each bucket is a directory) on `address` (pods reach
+    this machine at the real node's address, network.node_gateway)."""
 
-    def __init__(self, data_dir: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY):
+    def __init__(
+        self, data_dir: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY, address: str = "127.0.0.1"
+    ):
         self.data_dir, self.access_key, self.secret_key = data_dir, access_key, secret_key
+        self.address = address
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with socket.socket() as probe:  # a free port, released just before the server takes it
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((address, 0))
             self.port = probe.getsockname()[1]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://{address}:{self.port}"
         self.log = self.data_dir.parent / f"versitygw-{self.port}.log"
         # Credentials through the environment: none on the command line, where ps would show them.
         env = {**os.environ, "ROOT_ACCESS_KEY_ID": access_key, "ROOT_SECRET_ACCESS_KEY": secret_key}
         command = [
             str(binaries.ensure(("versitygw",)) / "versitygw"),
             "--port",
-            f"127.0.0.1:{self.port}",
+            f"{address}:{self.port}",
             "--quiet",
             "posix",
             str(self.data_dir),
@@ -51,14 +55,16 @@ class VersityGateway:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"versitygw exited {self.proc.returncode}: {self.log.read_text()}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.address, self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)
         raise TimeoutError(f"versitygw not listening on {self.endpoint} after {timeout}s")
 
     def client(self) -> Minio:
-        return Minio(f"127.0.0.1:{self.port}", access_key=self.access_key, secret_key=self.secret_key, secure=False)
+        return Minio(
+            f"{self.address}:{self.port}", access_key=self.access_key, secret_key=self.secret_key, secure=False
+        )
 
     def stop(self) -> None:
         self.proc.terminate()

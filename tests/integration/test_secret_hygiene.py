@@ -31,7 +31,8 @@ import pytest
 import yaml
 from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
-from tensorkiln_local.cluster import paths
+from tensorkiln_local.cluster import network, nodes
+from tensorkiln_local.cluster.ocr_models import CLS
 
 from .conftest import Operator
 from .helpers import namespace_exists, wait_for
@@ -42,7 +43,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.s3]
 REGISTRY_SECRET = "registry-credentials"
 ENGINES, MODELS = "engines", "models"
 SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/ocr-cls-cpu.yaml").read_text())
-MODEL_FILE = Path(SAMPLE["spec"]["source"]["uri"].removeprefix("file://"))
+MODEL_FILE = CLS.path
 # S3's answer to a request signed with the wrong secret key; minio names a refused HEAD (no body) by its status.
 REFUSALS = ("SignatureDoesNotMatch", "AccessDenied")
 
@@ -121,13 +122,29 @@ def namespaced_objects(api, namespace: str) -> dict[str, dict]:
     return found
 
 
-def pod_log_files(pod: dict) -> dict[str, str]:
-    """Every container's log and termination message on the local node, by container."""
-    pod_dir = paths.LOCALNODE_STATE / "pods" / pod["metadata"]["uid"]
-    return {
-        f"{path.parent.name} {path.name}": path.read_text(errors="replace")
-        for path in sorted(pod_dir.glob("*/log")) + sorted(pod_dir.glob("*/termination-log"))
-    }
+def pod_log_files(core: client.CoreV1Api, pod: dict) -> dict[str, str]:
+    """Every container's log (`kubectl logs`) and termination message, by container."""
+    found = {}
+    meta, status = pod["metadata"], pod.get("status", {})
+    for container in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+        try:
+            found[f"{container['name']} log"] = core.read_namespaced_pod_log(
+                meta["name"], meta["namespace"], container=container["name"]
+            )
+        except client.ApiException:
+            pass  # never started
+        for state in ("state", "lastState"):
+            terminated = container.get(state, {}).get("terminated") or {}
+            if terminated.get("message"):
+                found[f"{container['name']} termination message"] = terminated["message"]
+    return found
+
+
+def node_log_sizes() -> dict:
+    """Where local-0's kubelet and containerd log, and how far: what the scenario adds is read after."""
+    node = nodes.RealNode(nodes.FIRST)
+    files = [node.log("kubelet"), node.log("containerd")]
+    return {path: path.stat().st_size if path.exists() else 0 for path in files}
 
 
 def metrics_text(op: Operator) -> str:
@@ -165,18 +182,21 @@ def phase(obj: dict | None) -> str | None:
 
 @pytest.fixture(scope="module")
 def scenario(api, operator, tmp_path_factory):
-    # The session's cluster-wide test operator would reconcile these namespaces too, with its own
-    # (file) registry and no credentials, racing the paths under test: it is stopped meanwhile.
-    operator.kill()
+    # The session's cluster-wide operator would reconcile these namespaces too, with its own registry and no
+    # credentials, racing the paths under test: it is stopped meanwhile. Three operators run instead, as
+    # processes of this machine: each with credentials of its own (right, wrong, refused), which one
+    # installed operator cannot be.
+    operator.stop()
     planted = {"right": f"planted-{secrets.token_hex(20)}", "wrong": f"planted-{secrets.token_hex(20)}"}
     access_key = f"tk-{uuid.uuid4().hex[:12]}"
-    server = VersityGateway(tmp_path_factory.mktemp("hygiene-s3") / "data", access_key, planted["right"])
+    server = VersityGateway(
+        tmp_path_factory.mktemp("hygiene-s3") / "data", access_key, planted["right"], network.node_gateway(0)
+    )
     core = client.CoreV1Api(api)
     suffix = uuid.uuid4().hex[:8]
     namespaces = {role: f"t-sec-{role}-{suffix}" for role in ("good", "wrong", "refused")}
     keys = {"good": planted["right"], "wrong": planted["wrong"], "refused": planted["wrong"]}
-    agent_log = paths.LOCALNODE_STATE / "agent.log"
-    agent_log_start = agent_log.stat().st_size if agent_log.exists() else 0
+    node_logs_start = node_log_sizes()
     created, operators = [], {}
 
     def start_operator(name: str, watched: list[str], secret_key: str) -> Operator:
@@ -255,9 +275,10 @@ def scenario(api, operator, tmp_path_factory):
             f"{where}: {container}": text
             for where, obj in objects.items()
             if where.startswith("Pod ")
-            for container, text in pod_log_files(obj).items()
+            for container, text in pod_log_files(core, obj).items()
         }
-        pod_logs["the local node agent's log"] = agent_log.read_bytes()[agent_log_start:].decode(errors="replace")
+        for path, start in node_logs_start.items():
+            pod_logs[f"local-0's {path.stem} log"] = path.read_bytes()[start:].decode(errors="replace")
         result.places["pod logs"] = pod_logs
         for place, kinds in (
             ("Events", ("Event",)),

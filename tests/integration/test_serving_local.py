@@ -20,9 +20,11 @@ from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.registry import open_registry
 from tensorkiln.serving import infer as tensorkiln_infer
-from tensorkiln.serving.client import endpoints, infer
+from tensorkiln.serving.client import infer_on, new_connection, ready_endpoints, service_address, until_routed
 from tensorkiln.settings import Settings
 from tensorkiln_local.cluster.ocr_models import CLS
+from tensorkiln_local.images.catalog import SERVING_TARGET
+from tensorkiln_local.install import give_to_compiler
 
 from .helpers import wait_for
 
@@ -55,32 +57,28 @@ def counter(metrics: str, name: str) -> float:
 
 
 class Load:
-    """Requests from several threads for as long as it runs. A failed request is retried once on
-    another ready pod, as a load balancer would; a request that fails twice counts as failed."""
+    """Requests from several threads, each over a connection of its own to the model's Service, for
+    as long as it runs. A failed request is retried once over a new connection (kube-proxy may
+    route it to another pod), as a client would; a request that fails twice counts as failed."""
 
     def __init__(self, api, namespace, threads=4):
-        self.api, self.namespace = api, namespace
+        self.address = service_address(api, namespace, NAME)
         self.ok = self.failed = 0
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
 
-    def _one(self, batch) -> None:
-        for attempt in range(2):
-            addresses = endpoints(self.api, self.namespace, NAME)
-            try:
-                infer(addresses[attempt % len(addresses)], NAME, {"x": batch}, timeout_s=10)
-                return
-            except Exception as error:  # counted below; the retry goes to another pod
-                last = error
-        raise last
-
     def _run(self, seed) -> None:
         batch = CLS.samples(1, seed=seed)
+        connection = new_connection(self.address)
         while not self._stop.is_set():
             try:
-                self._one(batch)
+                try:
+                    infer_on(connection, NAME, {"x": batch}, timeout_s=10)
+                except Exception:  # the retry goes over a new connection
+                    connection = new_connection(self.address)
+                    infer_on(connection, NAME, {"x": batch}, timeout_s=10)
                 with self._lock:
                     self.ok += 1
             except Exception as error:
@@ -110,15 +108,19 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     wait_for(lambda: rolled_out(api, namespace), timeout=600, interval=3, what="compile, rollout and readiness")
     assert model_object(api, namespace)["status"]["phase"] == "Ready"
 
-    # 1. Real requests match the fp32 reference on the original ONNX.
-    (address,) = endpoints(api, namespace, NAME)
-    assert address.startswith("127.0.0.")
+    # 1. Real requests, through the model's Service (its ClusterIP: kube-proxy routes it to the pod),
+    # match the fp32 reference on the original ONNX.
+    address = service_address(api, namespace, NAME)
+    cluster_ip = client.CoreV1Api(api).read_namespaced_service(NAME, namespace).spec.cluster_ip
+    assert address == f"{cluster_ip}:8001"
+    (pod_ip,) = ready_endpoints(api, namespace, NAME)
     images = CLS.samples(8, seed=11)
-    served = next(iter(infer(address, NAME, {"x": images}).values()))
+    outputs = until_routed(lambda: infer_on(new_connection(address), NAME, {"x": images}))
+    served = next(iter(outputs.values()))
     reference = ort.InferenceSession(str(CLS.path)).run(None, {"x": images})[0]
     assert np.max(np.abs(served - reference)) < 0.05
     assert (served.argmax(1) == reference.argmax(1)).all()
-    # The same through `tensorkiln infer`, which finds the ready pod behind the model's Service.
+    # The same through `tensorkiln infer`, which sends it to the model's Service.
     np.save(tmp_path / "line.npy", images[0])
     lines = tensorkiln_infer.run(NAME, namespace, tmp_path / "line.npy", None, 2)
     best = int(reference[0].argmax())
@@ -145,8 +147,23 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     assert shown["preferredBatchSizes"] == list(config.dynamic_batching.preferred_batch_size)
     assert shown["maxQueueDelayMicroseconds"] == config.dynamic_batching.max_queue_delay_microseconds
     assert shown["chosenBy"].startswith("compile: ")
-    metrics = urllib.request.urlopen(f"http://{address.split(':')[0]}:8002/metrics", timeout=5).read().decode()
+    metrics = urllib.request.urlopen(f"http://{pod_ip}:8002/metrics", timeout=5).read().decode()
     assert counter(metrics, "nv_inference_exec_count") < counter(metrics, "nv_inference_count")
+
+    # A deleted Triton pod is replaced by its Deployment, and the model is served through its Service again.
+    core = client.CoreV1Api(api)
+    (deleted,) = core.list_namespaced_pod(namespace, label_selector=SERVING).items
+    core.delete_namespaced_pod(deleted.metadata.name, namespace)
+
+    def replaced():
+        pods = core.list_namespaced_pod(namespace, label_selector=SERVING).items
+        fresh = [p for p in pods if p.metadata.name != deleted.metadata.name and p.status.pod_ip]
+        return fresh and fresh[0].status.pod_ip in ready_endpoints(api, namespace, NAME)
+
+    wait_for(replaced, timeout=180, interval=1, what="a replacement Triton pod ready behind the Service")
+    outputs = until_routed(lambda: infer_on(new_connection(address), NAME, {"x": images}))
+    served = next(iter(outputs.values()))
+    assert (served.argmax(1) == reference.argmax(1)).all()
 
     # 3. A new engine (other precisions: another compile) rolls out under load with no failed request.
     before = served_engine(api, namespace)
@@ -175,7 +192,7 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     deployed = wait_for(blocked, timeout=180, interval=2, what="the rollout to be blocked")
     assert tampered["path"] in deployed["message"]
     assert condition(model_object(api, namespace), "Ready")["status"] == "True"
-    infer(endpoints(api, namespace, NAME)[0], NAME, {"x": images})  # still served by the old pod
+    infer_on(new_connection(address), NAME, {"x": images})  # still served by the old pod
 
 
 def _publish_tampered_copy(api, registry, namespace, digest, tmp_path) -> dict:
@@ -188,7 +205,7 @@ def _publish_tampered_copy(api, registry, namespace, digest, tmp_path) -> dict:
     patched = {**model, "spec": spec}
     nodes = [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
     (target,) = select_targets(normalised_spec(patched)["hardware"], discover(nodes), nodes)
-    settings = Settings(registry_uri=registry.uri)
+    settings = Settings(registry_uri=registry.uri, serving_target=SERVING_TARGET)  # the installed operator's
     key_spec = build_compile_job(patched, normalised_spec(patched), target, settings)["spec"]
     files = tmp_path / "engine"
     manifest = registry.fetch(digest, files)
@@ -196,8 +213,9 @@ def _publish_tampered_copy(api, registry, namespace, digest, tmp_path) -> dict:
         update={"key": manifest.key.model_copy(update={"options_hash": key_spec["optionsHash"]})}
     )
     new_digest = registry.publish(manifest, files)
+    give_to_compiler(registry.root)  # written as root; compile pods publish beside it
     artifact = manifest.artifacts[0]
-    stored = Path(registry.engine_uri(new_digest).removeprefix("file://")) / "files" / artifact.path
+    stored = registry.root / "engines" / new_digest / "files" / artifact.path
     data = bytearray(stored.read_bytes())
     data[len(data) // 2] ^= 0xFF
     stored.write_bytes(bytes(data))

@@ -56,6 +56,12 @@ def test_each_gpu_product_gets_triton_on_its_own_nodes(api, operator, namespace,
     assert not core.list_namespaced_pod(namespace, label_selector=COMPILE_JOB).items
 
 
+def operator_setting(operator, name: str) -> str:
+    """A TENSORKILN_* setting of the installed operator, from its container's environment."""
+    (container,) = operator.pod().spec.containers
+    return next(e.value for e in container.env if e.name == name)
+
+
 def test_manual_edits_to_owned_deployments_are_put_back(api, operator, namespace, tmp_path):
     custom, apps, core = client.CustomObjectsApi(api), client.AppsV1Api(api), client.CoreV1Api(api)
     model = copy.deepcopy(SAMPLE)
@@ -67,12 +73,14 @@ def test_manual_edits_to_owned_deployments_are_put_back(api, operator, namespace
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
     name = target_name("resnet50", target)
     wait_for(lambda: _exists(apps, name, namespace), what="the Deployment")
+    # The operator's serving image (the chart's servingImage: spec.serving.image is unset here).
+    rendered = apps.read_namespaced_deployment(name, namespace).spec.template.spec.containers[0].image
+    assert rendered == operator_setting(operator, "TENSORKILN_SERVING_IMAGE")
     apps.patch_namespaced_deployment(
         name, namespace, {"spec": {"template": {"spec": {"containers": [{"name": "triton", "image": "evil:latest"}]}}}}
     )
     wait_for(
-        lambda: apps.read_namespaced_deployment(name, namespace).spec.template.spec.containers[0].image
-        == model["spec"].get("serving", {}).get("image", "nvcr.io/nvidia/tritonserver:25.10-py3"),
+        lambda: apps.read_namespaced_deployment(name, namespace).spec.template.spec.containers[0].image == rendered,
         timeout=60,
         what="the operator to restore the Triton image",
     )

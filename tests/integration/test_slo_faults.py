@@ -3,16 +3,14 @@
 killed under load, the operator killed mid-scale."""
 
 import re
-import signal
 import threading
 import time
 
 import pytest
 from kubernetes import client
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
-from tensorkiln_local.cluster import paths, prometheus
+from tensorkiln_local.cluster import nodes, prometheus
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
-from tensorkiln_local.node.runtime import signal_container
 
 from .helpers import wait_for
 from .workloads import condition, model_object, scale_events
@@ -85,7 +83,7 @@ def test_a_triton_container_killed_under_load_is_restarted_without_failed_reques
         time.sleep(20)
         before = replicas(api, namespace, deployment)
         pod = core.list_namespaced_pod(namespace).items[0]
-        assert signal_container(paths.LOCALNODE_STATE, pod.metadata.uid, "triton", signal.SIGKILL) > 0
+        nodes.signal_container(pod, "triton", "SIGKILL")
 
         def restarted():
             status = core.read_namespaced_pod(pod.metadata.name, namespace).status
@@ -96,7 +94,8 @@ def test_a_triton_container_killed_under_load_is_restarted_without_failed_reques
         time.sleep(10)
         answered = load.since(60)
     failed = [r for r in answered if not r.ok]
-    # The client retries once on another ready pod (as a load balancer would): nothing is lost.
+    # The client retries over new connections after short pauses (loadgen.RETRY_PAUSES_S), as a
+    # client's retry policy would, until kube-proxy withdraws the dead endpoint: nothing is lost.
     assert len(failed) <= len(answered) * 0.01, f"{len(failed)} of {len(answered)} failed"
     assert replicas(api, namespace, deployment) == before
 

@@ -2,9 +2,9 @@
 
 The OCR classifier from the rapidocr wheel is compiled here (tensorkiln-compile's main) into an OpenVINO
 and an onnxruntime engine; tensorkiln-engine-fetch lays them out with the python-backend runner,
-as the init container does; the nvidia-pytriton wheel's tritonserver serves them with the
-triton container's arguments, mapped by the local node's image rule (tritonserver_launch), so
-this test proves the mapping too. No cluster needed.
+as the init container does; the nvidia-pytriton wheel's tritonserver (the serving image's server, as a
+process of this machine: tensorkiln_local.triton_process) serves them with the triton container's
+arguments. No cluster needed: the same engines on the real node are test_serving_local's.
 """
 
 import json
@@ -28,9 +28,8 @@ from tensorkiln.serving.request import ServedTensor, image_array
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
+from tensorkiln_local import triton_process
 from tensorkiln_local.cluster.ocr_models import CLS
-from tensorkiln_local.node.images import Launch, local_tritonserver, tritonserver_launch
-from tensorkiln_local.node.ipam import free_address_below_pods
 from tritonclient.grpc import InferenceServerClient, model_config_pb2
 
 pytestmark = pytest.mark.serving
@@ -98,11 +97,6 @@ def compile_engine(root: Path, compiler: str) -> str:
     return message["engine"]["digest"]
 
 
-def free_loopback_ip() -> str:
-    """Triton's three ports free on one 127.0.0.x below the local node's pod range."""
-    return free_address_below_pods((8000, 8001, 8002))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """Compile, fetch and serve both engines; yields (pod IP, {model: digest})."""
@@ -119,16 +113,17 @@ def server(tmp_path_factory):
             check=True, capture_output=True,
         )  # fmt: skip
 
-    ip = free_loopback_ip()
-    args = [arg.replace("=/models", f"={root}/models") for arg in TRITON_ARGS]  # the agent maps the volume
-    launch = tritonserver_launch(
-        Launch(["tritonserver"], args, {"POD_IP": ip, "PATH": f"{BIN}:{os.environ['PATH']}"}),
-        local_tritonserver(root / "agent-tmp"),
+    ip = triton_process.free_loopback_address()
+    args = [arg.replace("=/models", f"={root}/models") for arg in TRITON_ARGS]  # the pod's volume, here
+    argv, env = triton_process.command(
+        triton_process.local_tritonserver(root / "backends"),
+        args,
+        ip,
+        {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
     )
     log_path = root / "tritonserver.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(launch.command + launch.args, env=launch.env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(ip, process, log_path)
         yield ip, digests

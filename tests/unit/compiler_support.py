@@ -38,9 +38,10 @@ def conv_classifier(path: Path, *, opset: int = 13, batch: str | int = "N", seed
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
-def stateful_model(path: Path, *, seed: int = 0) -> Path:
+def stateful_model(path: Path, *, seed: int = 0, rate_shape: tuple[int, ...] = ()) -> Path:
     """A streaming model whose batch is not on axis 0 everywhere, and a scalar input:
     chunk[batch,16], state[2,batch,8], sr (rank 0, int64) -> out[batch,8], stateN[2,batch,8].
+    rate_shape (1,): sr is [1] instead, as Triton's native backends can feed it in a model Triton does not batch.
 
     new0 = tanh((chunk @ w_in + state[0] @ w_rec) * sr / 8); new1 = tanh(new0 @ w_mix + state[1]);
     out = new1 @ w_out; stateN = [new0, new1]."""
@@ -77,7 +78,7 @@ def stateful_model(path: Path, *, seed: int = 0) -> Path:
         [
             helper.make_tensor_value_info("chunk", TensorProto.FLOAT, ["batch", 16]),
             helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 8]),
-            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, list(rate_shape)),
         ],
         [
             helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8]),
@@ -180,8 +181,32 @@ def serve_registry(root: Path, monkeypatch) -> StandInRegistry:
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:
+    """Saved with the oldest IR version its opsets allow, not this onnx's newest: the compiler images built for
+    older Triton releases (onnxruntime 1.19.2 reads IR versions up to 10) load it, as they load users' models."""
+    try:
+        model.ir_version = min(model.ir_version, helper.find_min_ir_version_for(list(model.opset_import)))
+    except ValueError:  # an opset no onnx release knows (a model made to be refused): left as it is
+        pass
     onnx.save(model, str(path))
     return path
+
+
+def picking_model(path: Path) -> Path:
+    """x[N,4] float and k[N,1] int64 -> y[N,1] = x[n, k[n]] (GatherElements): k must lie in 0..3, as a
+    model's index, rate or size input accepts only some values; onnxruntime refuses any other."""
+    node = helper.make_node("GatherElements", ["x", "k"], ["y"], axis=1)
+    graph = helper.make_graph(
+        [node],
+        "picking",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, ["N", 1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return _save(model, path)
 
 
 def ml_only_model(path: Path) -> Path:

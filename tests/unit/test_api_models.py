@@ -49,7 +49,8 @@ def test_defaults():
     assert (spec.compile.deadline_seconds, spec.compile.retries) == (3600, 2)
     assert spec.compile.accuracy.min_cosine_similarity == 0.99
     assert spec.compile.objective.metric == "LatencyP95" and spec.compile.objective.batch_size == 1
-    assert spec.serving.image == "nvcr.io/nvidia/tritonserver:25.10-py3"
+    assert spec.serving.image is None  # the operator's serving image (Settings.serving_image)
+    assert spec.compile.resources is None  # builders.compilejob.DEFAULT_RESOURCES
     assert spec.serving.max_batch_size == 32
     # Unset, and left unset: derived per hardware class from its engine (builders.tritonconfig.batcher).
     batching = spec.serving.dynamic_batching

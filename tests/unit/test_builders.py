@@ -1,7 +1,9 @@
 """Golden tests for the pure builders: the objects the operator applies, byte for byte."""
 
+import dataclasses
 from pathlib import Path
 
+import pytest
 import yaml
 from tensorkiln.api.names import MODEL_NAME_MAX
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
@@ -66,6 +68,32 @@ def test_changed_compile_options_change_the_job_name_only_then():
     assert job_name(changed) != job_name(base)
 
 
+@pytest.mark.parametrize(
+    "compile_options",
+    [
+        {"resources": {"requests": {"memory": "8Gi"}, "limits": {"memory": "8Gi"}}},
+        {"deadlineSeconds": 7200},
+        {"retries": 5},
+    ],
+)
+def test_what_shapes_the_job_changes_its_name_so_a_failed_compile_runs_again_once_fixed(compile_options):
+    """The model's spec.compile, fixed, through the CompileJob builder: what the operator does."""
+    base = compile_job_for("nvidia-l4")
+    model = sample_model()
+    model["spec"]["compile"] = {**model["spec"].get("compile", {}), **compile_options}
+    fixed = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    assert job_name(fixed) != job_name(base)
+    assert fixed["spec"]["optionsHash"] == base["spec"]["optionsHash"]  # the same engine: a cache hit if compiled
+
+
+def test_another_compiler_image_makes_another_job():
+    base = compile_job_for("nvidia-l4")
+    model = sample_model()
+    other = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"],
+                              dataclasses.replace(SETTINGS, compiler_image="compiler:2"))  # fmt: skip
+    assert job_name(other) != job_name(base)
+
+
 def test_batching_mode_is_part_of_the_compile_job_and_its_cache_key():
     base = compile_job_for("nvidia-l4")
     model = sample_model()
@@ -77,6 +105,30 @@ def test_batching_mode_is_part_of_the_compile_job_and_its_cache_key():
     model["spec"]["serving"]["maxBatchSize"] = 16  # another batch limit: the same engine
     rebatched = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
     assert rebatched["spec"]["optionsHash"] == base["spec"]["optionsHash"]
+
+
+def test_synthetic_input_values_reach_the_compile_job_and_its_cache_key():
+    base = compile_job_for("nvidia-l4")
+    model = sample_model()
+    model["spec"]["compile"] = {"syntheticInputs": {"input": {"min": 0, "max": 1}}}
+    given = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    assert "syntheticInputs" not in base["spec"]
+    assert given["spec"]["syntheticInputs"] == {"input": {"min": 0.0, "max": 1.0}}
+    assert given["spec"]["optionsHash"] != base["spec"]["optionsHash"]
+
+
+def test_the_serving_target_reaches_the_compile_job_and_its_cache_key():
+    base = compile_job_for("cpu-amd64-intel-amx")
+    model = sample_model()
+    targeted = build_compile_job(
+        model,
+        normalised_spec(model),
+        CLASSES["cpu-amd64-intel-amx"],
+        dataclasses.replace(SETTINGS, serving_target="24.10"),
+    )
+    assert "servingTarget" not in base["spec"]
+    assert targeted["spec"]["servingTarget"] == "24.10"
+    assert targeted["spec"]["optionsHash"] != base["spec"]["optionsHash"]  # engines of another runtime never hit
 
 
 def test_gpu_job_requests_a_gpu_tolerates_the_taint_and_is_restricted():

@@ -6,6 +6,7 @@ table of API calls the operator makes: exactly those grants, no wildcards.
 """
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,10 +15,12 @@ import pytest
 import yaml
 from tensorkiln import rbac
 from tensorkiln.api.crdgen import render_chart_crds
+from tensorkiln.builders import labels, serving
 from tensorkiln.registry import RegistryError, open_registry
 from tensorkiln.registry.filesystem import FilesystemRegistry
-from tensorkiln_local import installmanifests
+from tensorkiln_local import install, installmanifests
 from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.images import build as images
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tensorkiln"
@@ -361,6 +364,28 @@ def test_service_monitor_only_when_the_cluster_serves_it(helm):
     assert not of_kind(off, "ServiceMonitor")
 
 
+POD_MONITOR = "monitoring.coreos.com/v1/PodMonitor"
+
+
+def test_triton_pod_monitor_only_when_the_cluster_serves_it_and_it_selects_the_operators_triton_pods(helm):
+    assert not of_kind(render(), "PodMonitor")
+    monitor = one(render(api_versions=[POD_MONITOR]), "PodMonitor")
+    # The labels builders.serving gives every Triton pod template.
+    pod_labels = {**serving.selector({"metadata": {"name": "m"}}), **labels.MANAGED_BY}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and ("metrics", 8002) in serving.PORTS
+    hardware = "__meta_kubernetes_pod_label_" + re.sub(
+        r"[^a-zA-Z0-9_]", "_", labels.HARDWARE_CLASS
+    )  # as Prometheus names it
+    assert {"sourceLabels": [hardware], "targetLabel": "hardware_class"} in endpoint["relabelings"]
+    scoped = one(render({"watchNamespaces": ["team-a"]}, api_versions=[POD_MONITOR]), "PodMonitor")
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    off = render({"metrics": {"port": 9090, "tritonPodMonitor": {"enabled": False}}}, api_versions=[POD_MONITOR])
+    assert not of_kind(off, "PodMonitor")
+
+
 def test_webhook_is_off_by_default(helm):
     docs = render()
     assert not of_kind(docs, "ValidatingWebhookConfiguration")
@@ -541,3 +566,44 @@ def test_the_scalers_recent_rate_window_is_a_chart_value(helm, monkeypatch):
     assert _operator_settings(monkeypatch, render()).slo_recent_rate_window == "10s"
     assert _operator_settings(monkeypatch, render({"sloRecentRateWindow": "1m"})).slo_recent_rate_window == "1m"
     assert "sloRecentRateWindow" in refused(helm, {"sloRecentRateWindow": "ten seconds"})
+
+
+# --- the local cluster's install (tensorkiln_local.install) ---------------------------------------
+
+
+def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_through_cert_manager(helm):
+    digest = "sha256:" + "ab" * 32
+    pushed = {
+        name: images.Pushed(name, f"localhost:5000/tensorkiln/{name}", "0.1.0", digest)
+        for name in ("operator", "compiler", "serving")
+    }
+    docs = render(install.chart_values(pushed), api_versions=[CERT_MANAGER])
+    container = operator_container(docs)
+    assert container["image"] == f"localhost:5000/tensorkiln/operator:0.1.0@{digest}"
+    settings = env(container)
+    assert settings["TENSORKILN_COMPILER_IMAGE"] == f"localhost:5000/tensorkiln/compiler@{digest}"
+    assert settings["TENSORKILN_SERVING_IMAGE"] == f"localhost:5000/tensorkiln/serving@{digest}"
+    # Served as production serves: the chart's own runtime (native backends), so every config the local operator
+    # renders is the one it renders for NGC's image; compiled with the serving image's release's runtimes.
+    assert "servingRuntime" not in install.chart_values(pushed)
+    assert settings["TENSORKILN_SERVING_RUNTIME"] == env(operator_container(render({})))["TENSORKILN_SERVING_RUNTIME"]
+    assert settings["TENSORKILN_SERVING_TARGET"] == "24.10"
+    assert settings["TENSORKILN_REGISTRY_URI"] == f"pvc://{install.CLAIM}/engines"
+    assert settings["TENSORKILN_PROMETHEUS_URL"] == install.PROMETHEUS_SERVICE_URL
+    assert one(docs, "Certificate")["spec"]["secretName"] and one(docs, "ValidatingWebhookConfiguration")
+
+
+def test_the_local_registry_claims_bind_one_volume_in_each_namespace():
+    first, second = (install.registry_claim(ns) for ns in ("team-a", "team-b"))
+    assert first[1]["metadata"] == {"name": install.CLAIM, "namespace": "team-a"}
+    assert first[1]["spec"]["volumeName"] == first[0]["metadata"]["name"] != second[0]["metadata"]["name"]
+    assert (
+        first[0]["spec"]["hostPath"]
+        == second[0]["spec"]["hostPath"]
+        == {
+            "path": str(install.REGISTRY_VOLUME),
+            "type": "Directory",
+        }
+    )
+    assert first[0]["spec"]["claimRef"] == {"namespace": "team-a", "name": install.CLAIM}
+    assert first[0]["spec"]["accessModes"] == ["ReadWriteMany"]

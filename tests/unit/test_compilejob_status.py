@@ -141,3 +141,35 @@ def test_accuracy_condition_says_when_a_text_encoders_padding_was_left_out(tmp_p
         "1 of 1 candidates within tolerance on the validation set, padded positions (attention_mask 0) of "
         "'last_hidden_state' left out: 320 output elements compared, 192 padded ones ignored"
     )
+
+
+PULL_ERROR = (
+    'Back-off pulling image "localhost:5000/tensorkiln/compilr:0.1.0": ErrImagePull: failed to pull and unpack '
+    'image "localhost:5000/tensorkiln/compilr:0.1.0": not found'
+)
+
+
+def test_a_compile_pod_that_cannot_pull_its_image_says_which_image_and_why():
+    stuck = pod("local-0", "Pending")
+    stuck["status"]["containerStatuses"] = [
+        {
+            "name": "compiler",
+            "image": "localhost:5000/tensorkiln/compilr:0.1.0",
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": PULL_ERROR}},
+        }
+    ]
+    status = compile_job_status(CJ, job(active=1), stuck, set(), NOW)
+    assert status["phase"] == "Pending"
+    assert conditions(status)["Compiled"] == ("Unknown", "ImagePullBackOff")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Compiled")
+    assert message.startswith("compile pod m-l4-abcd1234-x cannot start: container compiler (image ")
+    assert "localhost:5000/tensorkiln/compilr:0.1.0" in message and "not found" in message
+
+
+def test_a_pod_still_pulling_is_only_pending():
+    pulling = pod("local-0", "Pending")
+    pulling["status"]["containerStatuses"] = [
+        {"name": "compiler", "image": "x", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]
+    status = compile_job_status(CJ, job(active=1), pulling, set(), NOW)
+    assert conditions(status)["Compiled"] == ("Unknown", "Pending")

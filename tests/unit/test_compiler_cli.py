@@ -5,12 +5,15 @@ import json
 
 import numpy as np
 import pytest
+from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln.status.engine import engine_status
 from tensorkiln_compiler.cli import SPEC_ENV, main
 
 from .compiler_support import (
     compile_spec,
     conv_classifier,
     ml_only_model,
+    picking_model,
     serve_registry,
     single_op_model,
     tokenizer_model,
@@ -120,6 +123,9 @@ BAD_INPUTS = {
         "CalibrationDataInvalid", "axis 2 of input 'x' accepts 8..8",
     ),
     "spec": (lambda tmp, spec: spec.update(compilers=[]), "InvalidSpec", "spec.compilers"),
+    # This venv has constraints.txt's onnxruntime, which no Triton release serves with.
+    "runtime-mismatch": (lambda tmp, spec: spec.update(servingTarget="24.10"), "RuntimeMismatch",
+                         "but Triton 24.10 (server 2.51.0) serves OnnxRuntime engines with onnxruntime 1.19.2"),
 }  # fmt: skip
 
 
@@ -168,3 +174,56 @@ def test_gpu_class_without_tensorrt_fails_and_publishes_nothing(tmp_path, compil
     assert code == 1 and message["error"]["reason"] == "TensorRTUnavailable"
     assert "spec.compilers lists TensorRT" in message["error"]["message"]
     assert registry.engines() == []
+
+
+def test_a_model_that_refuses_the_synthesised_inputs_fails_naming_them_and_the_field_to_set(
+    tmp_path, compile, registry
+):
+    spec = compile_spec(picking_model(tmp_path / "m.onnx"), tmp_path / "registry")
+    code, message = compile(spec)
+    assert code == 2 and registry.engines() == []
+    error = message["error"]
+    assert error["reason"] == "SyntheticInputRefused", error
+    text = error["message"]
+    assert text.startswith("spec.compile.syntheticInputs: the model refused the inputs the compiler synthesised")
+    assert "GatherElements op: Out of range value in index tensor" in text  # onnxruntime's words, its first line
+    assert "gather_elements.cc" not in text and "core_impl" not in text  # not its source location
+    assert "\x1b" not in text and "Traceback" not in text and "\n" not in text
+    # The integer input first: it is the one a draw cannot know the meaning of.
+    assert "Synthesised: k (int64 [None, 1]): integers 0 to 15; x (float32 [None, 4]): standard normal." in text
+    assert "e.g. k: {value: ...}" in text
+
+
+def test_given_values_for_an_input_make_the_same_model_compile_and_the_engine_says_how(tmp_path, compile, registry):
+    spec = compile_spec(picking_model(tmp_path / "m.onnx"), tmp_path / "registry")
+    spec["syntheticInputs"] = {"k": {"min": 0, "max": 3}}
+    code, message = compile(spec)
+    assert code == 0, message
+    (digest,) = registry.engines()
+    drawn = {"x": "standard normal", "k": "integers 0 to 3 (spec.compile.syntheticInputs.k)"}
+    assert registry.manifest(digest)["calibration"]["syntheticInputs"] == drawn
+    fields, _ = engine_status(EngineManifest.model_validate(registry.manifest(digest)), digest, "file:///r", False)
+    assert fields["selection"]["syntheticData"] is True and fields["selection"]["syntheticInputs"] == drawn
+
+
+@pytest.mark.parametrize(
+    ("given", "needle"),
+    [
+        ({"rate": {"value": 16000}}, "spec.compile.syntheticInputs: the model has no input 'rate' (its inputs: k, x)"),
+        (
+            {"k": {"value": 1.5}},
+            "spec.compile.syntheticInputs.k.value: input 'k' is int64: give a whole number, not 1.5",
+        ),
+        (
+            {"k": {"min": 0.2, "max": 0.8}},
+            "spec.compile.syntheticInputs.k: input 'k' is int64: no whole number lies in",
+        ),
+    ],
+)
+def test_synthetic_values_the_model_cannot_take_are_refused_naming_the_field(
+    tmp_path, compile, registry, given, needle
+):
+    spec = compile_spec(picking_model(tmp_path / "m.onnx"), tmp_path / "registry")
+    spec["syntheticInputs"] = given
+    code, message = compile(spec)
+    assert code == 2 and message["error"]["reason"] == "InvalidSyntheticInput" and needle in message["error"]["message"]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from tensorkiln_compiler.errors import EXIT_FAILED, EXIT_INVALID_INPUT, CompileError, InvalidInput
-from tensorkiln_compiler.fetch import PVC_ROOT_ENV, _download_https, fetch, local_path, sha256_path, verify_digest
+from tensorkiln_compiler.fetch import PVC_ROOT_ENV, _download_http, fetch, local_path, sha256_path, verify_digest
 
 
 @pytest.fixture
@@ -61,11 +61,12 @@ def test_directory_digest_covers_names_and_contents(tmp_path):
 def test_download_and_http_errors(http_root, tmp_path):
     root, base = http_root
     (root / "m.onnx").write_bytes(b"served")
-    # The spec allows only https://; the download itself is scheme-agnostic, so loopback http tests it.
-    _download_https(f"{base}/m.onnx", tmp_path / "m.onnx", field="spec.source.uri", what="Model")
+    fetched = fetch(f"{base}/m.onnx", tmp_path / "fetched", field="spec.source.uri", what="Model")
+    assert fetched.path.read_bytes() == b"served"
+    _download_http(f"{base}/m.onnx", tmp_path / "m.onnx", field="spec.source.uri", what="Model")
     assert (tmp_path / "m.onnx").read_bytes() == b"served"
     with pytest.raises(InvalidInput, match="answered 404") as error:
-        _download_https(f"{base}/missing.onnx", tmp_path / "x.onnx", field="spec.source.uri", what="Model")
+        _download_http(f"{base}/missing.onnx", tmp_path / "x.onnx", field="spec.source.uri", what="Model")
     assert error.value.reason == "ModelUnreachable"
 
 

@@ -33,11 +33,40 @@ def test_cpu_fingerprint_keeps_the_isa_that_matters():
     assert cpu["usableCpus"] >= 1
 
 
-def test_cgroup_cpu_limit():
-    assert cgroup_cpu_limit("max 100000\n") is None
-    assert cgroup_cpu_limit("200000 100000\n") == 2
-    assert cgroup_cpu_limit("150000 100000") == 2  # 1.5 CPUs: round up, threads are whole
-    assert cgroup_cpu_limit("50000 100000") == 1
+def v2(tmp_path, cpu_max: str):
+    tmp_path.mkdir()
+    (tmp_path / "cpu.max").write_text(cpu_max)
+    return tmp_path
+
+
+def v1(tmp_path, quota: str, period: str = "100000\n"):
+    (tmp_path / "cpu").mkdir(parents=True)
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text(quota)
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text(period)
+    return tmp_path
+
+
+def test_cgroup_v2_cpu_limit(tmp_path):
+    assert cgroup_cpu_limit(v2(tmp_path / "a", "max 100000\n")) is None
+    assert cgroup_cpu_limit(v2(tmp_path / "b", "200000 100000\n")) == 2
+    assert cgroup_cpu_limit(v2(tmp_path / "c", "150000 100000")) == 2  # 1.5 CPUs: round up, threads are whole
+    assert cgroup_cpu_limit(v2(tmp_path / "d", "50000 100000")) == 1
+
+
+def test_cgroup_v1_cpu_limit(tmp_path):
+    """cgroup v1 (this project's local nodes): the kubelet writes limits.cpu as a CFS quota."""
+    assert cgroup_cpu_limit(v1(tmp_path / "a", "-1\n")) is None
+    assert cgroup_cpu_limit(v1(tmp_path / "b", "200000\n")) == 2
+    assert cgroup_cpu_limit(v1(tmp_path / "c", "150000")) == 2
+
+
+def test_no_cgroup_files_means_no_limit(tmp_path):
+    assert cgroup_cpu_limit(tmp_path) is None
+    assert usable_cpus(tmp_path) >= 1
+
+
+def test_usable_cpus_are_capped_by_the_limit(tmp_path):
+    assert usable_cpus(v1(tmp_path, "100000")) == 1
 
 
 def test_parse_nvidia_smi():

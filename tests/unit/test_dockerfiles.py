@@ -1,4 +1,5 @@
-"""The operator and compiler Dockerfiles, parsed (there is no Docker here to build them)."""
+"""The images' Dockerfiles, parsed: what every build host gets (tests/integration/test_images.py builds
+them here with buildah and runs them)."""
 
 import re
 import tomllib
@@ -11,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {
     "operator": ROOT / "operator" / "Dockerfile",
     "compiler": ROOT / "compiler-jobs" / "Dockerfile",
+    "serving": ROOT / "serving" / "Dockerfile",
 }
+# The USER of each image: the uid its pods run as (the chart's operator, builders.job, builders.serving).
+USERS = {"operator": "65532", "compiler": "65532", "serving": "1000"}
 # name:tag@sha256:<64 hex>, with an exact version in the tag (no floating `3.11-slim` or `latest`).
 PINNED = re.compile(r"^[\w./-]+:(?P<tag>[\w.-]+)@sha256:[a-f0-9]{64}$")
 
@@ -38,8 +42,7 @@ def test_runs_as_a_numeric_non_root_user(name):
     assert users, f"{name}: no USER"
     user = users[-1]
     assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"{name}: USER {user} is not numeric non-root"
-    # The UID the chart's Deployment and the compile Jobs run as.
-    assert user.split(":")[0] == "65532"
+    assert user.split(":")[0] == USERS[name]
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)

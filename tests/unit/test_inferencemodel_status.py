@@ -183,3 +183,24 @@ def test_a_targets_price_or_why_it_has_none_is_in_its_entry():
     entries = {e["hardwareClass"]: e for e in status["targets"]}
     assert entries["l4"]["pricePerHour"] == 0.8 and "priceError" not in entries["l4"]
     assert "'abc' is not a positive number" in entries["a100"]["priceError"] and "pricePerHour" not in entries["a100"]
+
+
+def test_a_compile_pod_that_cannot_start_is_the_models_reason_not_compiling():
+    """A wrong compiler image: the model says ImagePullBackOff and the kubelet's words, naming the image."""
+    waiting = {
+        "type": "Compiled",
+        "status": "Unknown",
+        "reason": "ImagePullBackOff",
+        "message": "compile pod x cannot start: container compiler (image bad/image:1): Back-off pulling image",
+    }
+    stuck = cj("m-cpu", "Pending")
+    stuck["status"]["conditions"] = [waiting]
+    status = status_of([target("cpu", simulated=False)], {"cpu": stuck})
+    assert status["phase"] == "Compiling"
+    assert conds(status)["Compiled"] == ("False", "ImagePullBackOff")
+    assert conds(status)["Ready"] == ("False", "ImagePullBackOff")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == (
+        "compile pods cannot start: cpu: compile pod x cannot start: container compiler (image bad/image:1): "
+        "Back-off pulling image"
+    )

@@ -5,7 +5,7 @@ import os
 import subprocess
 
 import yaml
-from tensorkiln_local.cluster import cluster, paths
+from tensorkiln_local.cluster import cluster, kubeproxy, network, nodes, paths, processes, prometheus
 
 
 def extra_args(component: str) -> dict[str, str]:
@@ -39,3 +39,27 @@ def test_cluster_up_starts_again_a_component_that_exited_while_another_was_start
     monkeypatch.setattr(cluster, "_kwokctl", lambda *args: starts.append(args))
     cluster._restart_stopped_components()
     assert starts == [("start", "cluster", "--wait", "60s")] * 2
+
+
+def test_down_stops_every_component_then_deletes_the_control_plane(monkeypatch):
+    """`cluster down` in the order that leaves nothing behind: what runs on the nodes' network, the
+    nodes, the network rules, the registry, and the control plane last."""
+    actions = []
+    monkeypatch.setattr(prometheus, "stop", lambda: actions.append("prometheus"))
+    monkeypatch.setattr(kubeproxy, "stop", lambda: actions.append("kube-proxy"))
+    monkeypatch.setattr(nodes, "existing", lambda: ["local-0", "local-1"])
+    monkeypatch.setattr(nodes, "remove", lambda name: actions.append(f"node {name}"))
+    monkeypatch.setattr(network, "teardown", lambda: actions.append("network"))
+    monkeypatch.setattr(processes, "stop", lambda pidfile: actions.append(f"stop {pidfile.name}"))
+    monkeypatch.setattr(cluster, "_cluster_exists", lambda: True)
+    monkeypatch.setattr(cluster, "_kwokctl", lambda *args: actions.append("kwokctl " + " ".join(args)))
+    cluster.down()
+    assert actions == [
+        "prometheus",
+        "kube-proxy",
+        "node local-0",
+        "node local-1",
+        "network",
+        "stop registry.pid",
+        "kwokctl delete cluster",
+    ]

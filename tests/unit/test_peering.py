@@ -1,5 +1,6 @@
 """kopf peering as the resync loop reads it: the same rule kopf applies to its own handlers."""
 
+import os
 from datetime import UTC, datetime, timedelta
 
 import kopf
@@ -52,3 +53,14 @@ def test_identity_is_unique_to_this_process_and_named_after_its_host():
     host, started, suffix = identity.rsplit("/", 2)
     assert "@" in host and len(started) == 14 and len(suffix) == 4
     assert peering.new_identity() != identity
+
+
+def test_identity_of_a_user_without_a_passwd_entry(monkeypatch):
+    """The operator image's uid 65532 has no passwd entry: getpass raises, the uid stands in."""
+
+    def no_entry():
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    monkeypatch.delenv("POD_ID", raising=False)
+    monkeypatch.setattr(peering.getpass, "getuser", no_entry)
+    assert peering.new_identity().startswith(f"{os.getuid()}@")

@@ -6,6 +6,9 @@ compiled again, or failed a finished compile with EngineNotFound; nothing said t
 unreachable, and an unreadable file escaped as a bare OSError.
 """
 
+import errno
+from pathlib import Path
+
 import pytest
 from registry_fixtures import make_engine
 from tensorkiln.registry import RegistryUnavailable
@@ -45,6 +48,29 @@ def test_a_root_replaced_by_a_file_is_unavailable_prepared_or_not(published, tmp
     for reader in (registry, FilesystemRegistry(registry.root)):
         with pytest.raises(RegistryUnavailable, match="not a directory"):
             reader.lookup(engine.manifest.key)
+
+
+def test_a_root_that_cannot_be_created_is_empty_while_its_mount_is_there(tmp_path, monkeypatch):
+    """The chart mounts the registry claim read-only for the operator: it cannot create the root of a
+    fresh claim, which the first compile publishes into. Until then the registry is empty; with the
+    mount itself gone it is unavailable."""
+    mount = tmp_path / "pvc" / "tensorkiln-registry"
+    mount.mkdir(parents=True)
+    registry = FilesystemRegistry(mount / "engines")
+    mkdir = Path.mkdir
+
+    def read_only(path, *args, **kwargs):
+        if path == registry.root:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    registry.prepare()
+    assert not registry.root.exists()
+    assert registry.lookup(make_engine(tmp_path / "work").manifest.key) is None
+    mount.rename(tmp_path / "unmounted")
+    with pytest.raises(RegistryUnavailable, match="root is missing"):
+        registry.lookup(make_engine(tmp_path / "work2").manifest.key)
 
 
 def test_an_unprepared_registry_that_does_not_exist_yet_is_still_a_miss(tmp_path):

@@ -73,6 +73,29 @@ def test_native_platforms_and_the_local_python_backend(tmp_path):
     assert not local.default_model_filename  # the Python backend loads model.py
 
 
+@pytest.mark.parametrize(
+    ("compiler", "kind", "backend", "runner"),
+    [
+        ("OnnxRuntime", "CPU", "onnxruntime_onnx", False),
+        ("OpenVINO", "CPU", "openvino", False),
+        ("TensorRT", "GPU", "tensorrt_plan", False),
+        # The simulation standing in for a GPU: no native backend serves it, the python-backend runner sleeps.
+        ("SimulatedServiceTime", "GPU", "python", True),
+    ],
+)
+def test_a_native_runtime_serves_every_real_engine_natively_and_only_the_simulation_with_the_runner(
+    tmp_path, compiler, kind, backend, runner
+):
+    model, target = sample_model(), CLASSES["nvidia-l4"] if kind == "GPU" else CLASSES["cpu-amd64-intel-amx"]
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind), NATIVE)
+    config = parse(config_map["data"]["config.pbtxt"])
+    assert (config.platform or config.backend) == backend
+    deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, Settings())
+    (fetch,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert ("--python-backend" in fetch["args"]) is runner
+
+
 def serving_spec_with(**serving) -> dict:
     """spec.serving of the sample with `serving` set, the rest defaulted (or derived) by normalised_spec."""
     model = sample_model()
@@ -134,7 +157,9 @@ def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_as_one(tmp_path
     assert not any(t.HasField("reshape") for t in config.input)
     assert {t.name: list(t.dims) for t in config.output} == {"out": [-1, 8], "stateN": [2, -1, 8]}
     # A native backend would give the model [1] for its scalar: refused, naming the input and the way out.
-    with pytest.raises(UnservableScalar, match="'sr' is a scalar .*serving.maxBatchSize 0.*export it with shape"):
+    with pytest.raises(
+        UnservableScalar, match="'sr' is a scalar .*serving.maxBatchSize 0.*export the model with that input of shape"
+    ):
         config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), NATIVE)
 
 

@@ -1,35 +1,23 @@
-"""Finding a model's ready Triton pods behind its Service (the local cluster has no Service routing)."""
+"""Where requests to a model go: its Service's ClusterIP, and its ready endpoints from EndpointSlices."""
 
-from datetime import UTC, datetime
-
+import pytest
 from kubernetes.client import (
-    V1Container,
-    V1ContainerPort,
+    V1Endpoint,
+    V1EndpointConditions,
+    V1EndpointSlice,
+    V1EndpointSliceList,
     V1ObjectMeta,
-    V1Pod,
-    V1PodCondition,
-    V1PodSpec,
-    V1PodStatus,
     V1Service,
     V1ServicePort,
     V1ServiceSpec,
 )
 from tensorkiln.serving import client
+from tritonclient.utils import InferenceServerException
 
 
-def pod(name: str, ip: str | None, ready: bool, deleting: bool = False) -> V1Pod:
-    return V1Pod(
-        metadata=V1ObjectMeta(name=name, deletion_timestamp=datetime.now(UTC) if deleting else None),
-        spec=V1PodSpec(
-            containers=[V1Container(name="triton", ports=[V1ContainerPort(container_port=8001, name="grpc")])]
-        ),
-        status=V1PodStatus(pod_ip=ip, conditions=[V1PodCondition(type="Ready", status=str(ready))]),
-    )
-
-
-class FakeCore:
-    def __init__(self, service: V1Service, pods: list[V1Pod]):
-        self.service, self.pods, self.selectors = service, pods, []
+class FakeApis:
+    def __init__(self, service: V1Service, slices: list[V1EndpointSlice]):
+        self.service, self.slices, self.selectors = service, slices, []
 
     def __call__(self, api_client):
         return self
@@ -37,35 +25,81 @@ class FakeCore:
     def read_namespaced_service(self, name, namespace):
         return self.service
 
-    def list_namespaced_pod(self, namespace, label_selector):
+    def list_namespaced_endpoint_slice(self, namespace, label_selector):
         self.selectors.append(label_selector)
-        return type("PodList", (), {"items": self.pods})
+        return V1EndpointSliceList(items=self.slices)
 
 
-def test_endpoints_are_the_ready_pods_grpc_addresses(monkeypatch):
+def endpoint(ip: str, ready: bool | None) -> V1Endpoint:
+    return V1Endpoint(addresses=[ip], conditions=None if ready is None else V1EndpointConditions(ready=ready))
+
+
+def test_the_address_is_the_cluster_ip_and_the_grpc_port(monkeypatch):
     service = V1Service(
         spec=V1ServiceSpec(
-            selector={"tensorkiln.dev/target": "cpu", "app.kubernetes.io/name": "ocr"},
-            ports=[
-                V1ServicePort(port=8000, name="http", target_port="http"),
-                V1ServicePort(port=8001, name="grpc", target_port="grpc"),
-            ],
+            cluster_ip="10.96.3.4",
+            ports=[V1ServicePort(port=8000, name="http"), V1ServicePort(port=8001, name="grpc")],
         )
     )
-    pods = [
-        pod("b", "127.0.0.11", ready=True),
-        pod("a", "127.0.0.10", ready=True),
-        pod("starting", "127.0.0.12", ready=False),
-        pod("leaving", "127.0.0.13", ready=True, deleting=True),
-        pod("unscheduled", None, ready=False),
+    monkeypatch.setattr(client.client, "CoreV1Api", FakeApis(service, []))
+    assert client.service_address(None, "ns", "ocr") == "10.96.3.4:8001"
+    assert client.service_address(None, "ns", "ocr", "http") == "10.96.3.4:8000"
+
+
+def test_ready_endpoints_are_those_the_endpoint_slices_mark_ready(monkeypatch):
+    slices = [
+        V1EndpointSlice(
+            address_type="IPv4",
+            metadata=V1ObjectMeta(name="ocr-a"),
+            endpoints=[endpoint("10.244.0.11", True), endpoint("10.244.0.12", False)],
+        ),
+        # A nil ready condition means ready (the API's rule).
+        V1EndpointSlice(
+            address_type="IPv4", metadata=V1ObjectMeta(name="ocr-b"), endpoints=[endpoint("10.244.1.5", None)]
+        ),
+        V1EndpointSlice(address_type="IPv4", metadata=V1ObjectMeta(name="ocr-c"), endpoints=None),
     ]
-    core = FakeCore(service, pods)
-    monkeypatch.setattr(client.client, "CoreV1Api", core)
+    apis = FakeApis(V1Service(), slices)
+    monkeypatch.setattr(client.client, "DiscoveryV1Api", apis)
+    assert client.ready_endpoints(None, "ns", "ocr") == ["10.244.0.11", "10.244.1.5"]
+    assert apis.selectors == ["kubernetes.io/service-name=ocr"]
 
-    assert client.endpoints(None, "ns", "ocr") == ["127.0.0.10:8001", "127.0.0.11:8001"]
-    assert core.selectors == ["app.kubernetes.io/name=ocr,tensorkiln.dev/target=cpu"]
+
+def unavailable_then(answer, failures: int, status="StatusCode.UNAVAILABLE", message="connection refused"):
+    calls = []
+
+    def call():
+        calls.append(1)
+        if len(calls) <= failures:
+            raise InferenceServerException(message, status=status)
+        return answer
+
+    return call, calls
 
 
-def test_a_service_without_selector_has_no_pods_to_find(monkeypatch):
-    monkeypatch.setattr(client.client, "CoreV1Api", FakeCore(V1Service(spec=V1ServiceSpec()), []))
-    assert client.endpoints(None, "ns", "external") == []
+def test_until_routed_retries_while_nothing_answers_at_the_cluster_ip(monkeypatch):
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    call, calls = unavailable_then("ready", failures=3)
+    assert client.until_routed(call) == "ready"
+    assert len(calls) == 4
+
+
+def test_until_routed_retries_while_a_shutting_down_pod_has_unloaded_the_model(monkeypatch):
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    unloaded = "Request for unknown model: 'ocr-cls' has no available versions"
+    call, calls = unavailable_then("ready", failures=2, status="StatusCode.NOT_FOUND", message=unloaded)
+    assert client.until_routed(call) == "ready"
+    assert len(calls) == 3
+
+
+def test_until_routed_raises_other_errors_at_once_and_unavailable_after_the_grace(monkeypatch):
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    unknown = "Request for unknown model: 'ocr-clss' is not found"
+    call, calls = unavailable_then("ready", failures=1, status="StatusCode.NOT_FOUND", message=unknown)
+    with pytest.raises(InferenceServerException, match="is not found"):
+        client.until_routed(call)
+    assert len(calls) == 1
+    call, calls = unavailable_then("ready", failures=10**6)
+    with pytest.raises(InferenceServerException):
+        client.until_routed(call, grace_s=0)
+    assert len(calls) == 1

@@ -86,7 +86,7 @@ def test_a_scalar_input_is_sent_as_1_locally_and_refused_natively_in_a_sequence_
     local = rendered(tmp_path, PYTHON_BACKEND)
     assert next(t for t in local["input"] if t["name"] == "sr") == {"name": "sr", "dataType": "TYPE_INT64", "dims": [1]}
     serving = serving_spec_with(maxBatchSize=0, sequenceBatching=SEQUENCE)
-    with pytest.raises(UnservableScalar, match="'sr' is a scalar .* export it with shape \\[1\\], or serve with the"):
+    with pytest.raises(UnservableScalar, match="'sr' is a scalar .* export the model with that input of shape \\[1\\]"):
         config_dict("stateful", unbatched_manifest(tmp_path), serving, NATIVE)
 
 

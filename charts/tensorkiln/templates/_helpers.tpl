@@ -107,3 +107,9 @@ true
 true
 {{- end -}}
 {{- end -}}
+
+{{- define "tensorkiln.useTritonPodMonitor" -}}
+{{- if and .Values.metrics.tritonPodMonitor.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor") -}}
+true
+{{- end -}}
+{{- end -}}

@@ -1,6 +1,6 @@
-// Command certmanager runs cert-manager's controller and cainjector as local processes for the
-// local cluster, chosen by the name it is invoked as (cert-manager-controller,
-// cert-manager-cainjector). Upstream's cmd/controller and cmd/cainjector are separate Go modules
+// Command certmanager runs cert-manager's controller and cainjector for the local cluster, chosen by
+// the name it is invoked as (cert-manager-controller, cert-manager-cainjector), or by its first
+// argument when invoked as cert-manager (`cert-manager controller`, in the local cluster's image). Upstream's cmd/controller and cmd/cainjector are separate Go modules
 // that the module proxy does not serve, so this wires the controllers of the main module
 // (github.com/cert-manager/cert-manager/pkg/...) the way those commands do, limited to what a
 // self-signed Issuer and CA injection into webhook configurations need.
@@ -132,6 +132,16 @@ func runCAInjector(ctx context.Context, kubeconfig, namespace string) error {
 	return mgr.Start(ctx)
 }
 
+// command is the name the binary was invoked as, or, invoked as cert-manager (the local cluster's
+// image, which holds the binary once), cert-manager-<its first argument>.
+func command() string {
+	name := filepath.Base(os.Args[0])
+	if name == "cert-manager" && flag.NArg() > 0 {
+		return name + "-" + flag.Arg(0)
+	}
+	return name
+}
+
 func main() {
 	namespace := flag.String("namespace", "", "the one namespace to act in (Issuers, Certificates, Secrets)")
 	klog.InitFlags(nil)
@@ -150,13 +160,13 @@ func main() {
 	ctx = logf.NewContext(ctx, klog.Background())
 	ctrl.SetLogger(klog.Background())
 	var err error
-	switch name := filepath.Base(os.Args[0]); name {
+	switch name := command(); name {
 	case "cert-manager-controller":
 		err = runController(ctx, kubeconfig, *namespace)
 	case "cert-manager-cainjector":
 		err = runCAInjector(ctx, kubeconfig, *namespace)
 	default:
-		err = fmt.Errorf("invoke as cert-manager-controller or cert-manager-cainjector (got %q)", name)
+		err = fmt.Errorf("invoke as cert-manager-controller or cert-manager-cainjector, or as cert-manager with controller or cainjector (got %q)", name)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -2,16 +2,16 @@
 
 kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 and the kwok controller as local processes and writes their certificates and kubeconfig.
-On top of that this module applies the simulated node pools and the CRDs and starts the
-local node agent for the real node local-0 (tensorkiln_local.cluster.localnodes, which also adds
-and removes further real nodes), then Prometheus (tensorkiln_local.cluster.prometheus).
+On top of that this module applies the CRDs and kwok's simulated GPU pools, starts the local
+image registry (registry.py) and pushes the cluster's own images to it (pause, CoreDNS), sets up
+the network (network.py), starts the real node local-0 (nodes.py: kubelet + containerd + runc),
+kube-proxy and CoreDNS (dns.py), then Prometheus (prometheus.py).
 """
 
 import hashlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -19,11 +19,22 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from tensorkiln import kube
 
-from tensorkiln_local.cluster import binaries, localnodes, paths, pools, processes, prometheus
-from tensorkiln_local.operator_process import PIDFILE as OPERATOR_PIDFILE
+from tensorkiln_local.cluster import (
+    binaries,
+    dns,
+    kubeproxy,
+    network,
+    nodes,
+    packages,
+    paths,
+    pools,
+    processes,
+    prometheus,
+    registry,
+)
+from tensorkiln_local.images import build as images
 
-LOCAL_NODE = localnodes.FIRST
-AGENT_PIDFILE = localnodes.LocalNode(LOCAL_NODE).pidfile
+LOCAL_NODE = nodes.FIRST
 # What the API server's audit log records (ServiceAccounts' requests), and where kwokctl keeps it.
 AUDIT_POLICY = paths.LOCALCLUSTER_DIR / "audit-policy.yaml"
 AUDIT_LOG = paths.KWOK_CLUSTER_DIR / "logs" / "audit.log"
@@ -93,14 +104,6 @@ def _api_ready() -> bool:
         return False
 
 
-def _wait(predicate, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(1)
-
-
 def _cluster_fingerprint(bin_dir: Path, names: list[str] | None = None) -> str:
     """What the cluster was created from: kwokctl applies its config and the audit policy only at
     creation. Only the cluster's own binaries count: building helm or versitygw later must not
@@ -164,8 +167,8 @@ def _start_control_plane() -> None:
     )
 
 
-def _apply_crds(dynamic: DynamicClient) -> None:
-    crds = [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))]
+def apply_crds(dynamic: DynamicClient, crds: list[dict]) -> None:
+    """Apply CRDs and wait until the API server serves them."""
     for crd in crds:
         kube.apply(dynamic, crd)
     ext = client.ApiextensionsV1Api(dynamic.client)
@@ -177,7 +180,7 @@ def _apply_crds(dynamic: DynamicClient) -> None:
                 return False
         return True
 
-    _wait(established, "CRDs to be established", 60)
+    processes.wait_until(established, "CRDs to be established", 60)
 
 
 def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
@@ -202,26 +205,51 @@ def _stage_sample_models() -> None:
     ocr_models.stage(paths.SAMPLE_MODELS / "rapidocr")
 
 
+def api_server() -> str:
+    """The API server's address in the admin kubeconfig (on this machine)."""
+    return yaml.safe_load(paths.KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"]
+
+
+def cluster_image(name: str) -> str:
+    """A cluster image (pause, coredns) built and pushed to the local registry, pinned by digest."""
+    return images.push(images.build_all([name])[0], registry.HOST, "local", tls_verify=False).pinned
+
+
+def start_node(core: client.CoreV1Api, name: str) -> None:
+    """Start (or keep) real node `name`; the registry and network must be up."""
+    nodes.start(core, name, sandbox_image=cluster_image("pause"), registry_host=registry.HOST, api_server=api_server())
+
+
 def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
-    """Create or restart the cluster and converge its pools, CRDs and local node. Idempotent."""
+    """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent."""
+    packages.ensure(packages.CLUSTER)
     _stage_sample_models()
     _start_control_plane()
-    _wait(_api_ready, "kube-apiserver", 120)
+    processes.wait_until(_api_ready, "kube-apiserver", 120)
+    registry.start()
+    network.setup()
     with kube.api_client(str(paths.KUBECONFIG)) as api:
         dynamic = DynamicClient(api)
-        _apply_crds(dynamic)
+        apply_crds(dynamic, [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))])
         _apply_pools(dynamic, pool_file)
-        localnodes.start(client.CoreV1Api(api), LOCAL_NODE)
+        start_node(client.CoreV1Api(api), LOCAL_NODE)
+        kubeproxy.start(api_server(), LOCAL_NODE)
+        for obj in dns.build_objects(cluster_image("coredns"), {nodes.LOCAL_NODE_LABEL: "true"}):
+            kube.apply(dynamic, obj)
     prometheus.start()
     print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
 
 
 def down() -> None:
-    """Stop the operator, the local node agent, Prometheus and the control plane; delete the cluster."""
-    processes.stop(OPERATOR_PIDFILE)
-    for name in localnodes.running():
-        localnodes.stop(name)
+    """Stop Prometheus, kube-proxy, the real nodes (their containers, mounts, cgroups
+    and bridges go with them), the network rules and the registry; delete the control plane. The
+    registry's storage and the built images stay: they are a cache."""
     prometheus.stop()
+    kubeproxy.stop()
+    for name in nodes.existing():
+        nodes.remove(name)
+    network.teardown()
+    registry.stop()
     if _cluster_exists():
         _kwokctl("delete", "cluster")
     print(f"cluster {paths.CLUSTER_NAME} deleted")
@@ -233,20 +261,22 @@ def status() -> int:
     print(f"cluster:      {paths.CLUSTER_NAME} ({'ready' if ready else 'not running'})")
     print(f"kubeconfig:   {paths.KUBECONFIG}")
     for name, pidfile in (
-        *((f"node {n}", localnodes.LocalNode(n).pidfile) for n in localnodes.running() or [LOCAL_NODE]),
-        ("operator", OPERATOR_PIDFILE),
+        *((f"kubelet {n}", nodes.RealNode(n).pidfile("kubelet")) for n in nodes.existing() or [LOCAL_NODE]),
+        *((f"containerd {n}", nodes.RealNode(n).pidfile("containerd")) for n in nodes.existing() or [LOCAL_NODE]),
+        ("kube-proxy", kubeproxy.PIDFILE),
+        ("registry", registry.PIDFILE),
         ("prometheus", prometheus.PIDFILE),
     ):
         pid = processes.pid_of(pidfile)
-        print(f"{name + ':':<13} {'running, pid ' + str(pid) if pid else 'not running'}")
+        print(f"{name + ':':<18} {'running, pid ' + str(pid) if pid else 'not running'}")
     if not ready:
         return 1
     with kube.api_client(str(paths.KUBECONFIG)) as api:
         counts: dict[str, int] = {}
         for node in client.CoreV1Api(api).list_node().items:
             labels = node.metadata.labels or {}
-            if labels.get("tensorkiln.dev/local-node") == "true":
-                kind = "cpu (real node)"
+            if labels.get(nodes.LOCAL_NODE_LABEL) == "true":
+                kind = "cpu (real node: kubelet + containerd)"
             else:
                 kind = labels.get("nvidia.com/gpu.product", "cpu") + " (simulated by kwok)"
             counts[kind] = counts.get(kind, 0) + 1

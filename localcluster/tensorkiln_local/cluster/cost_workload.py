@@ -29,8 +29,8 @@ from tensorkiln.hardware.prices import PRICE_ANNOTATION
 from tensorkiln.hardware.selection import select_targets
 
 from tensorkiln_local.cluster.engine_seeds import publish_simulation
+from tensorkiln_local.cluster.nodes import CPU_POOL_LABEL
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
-from tensorkiln_local.node.node import CPU_POOL_LABEL
 
 
 @dataclass(frozen=True)

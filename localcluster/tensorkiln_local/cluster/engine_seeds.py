@@ -6,7 +6,8 @@ the CompileJob is a cache hit and the rollout and scaling paths run for real.
   kwok nodes run nothing); it lets tests roll out to those pools.
 - `origin: simulation`: a fixed-service-time engine, a SIMULATION of a GPU-bound engine. The
   python-backend runner (serving/python_backend/model.py) sleeps for the service time per batch
-  and answers zeros; it computes nothing. It runs in real Triton on the real node local-0, so
+  and answers zeros; it computes nothing. It runs in real Triton (the serving image) on the real
+  node local-0, so
   queueing, batching, Prometheus and the SLO scaler see a model whose per-replica capacity is
   fixed, as a GPU's would be, and which 2 CPUs can scale out to many replicas.
 
@@ -22,8 +23,12 @@ from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry import open_registry
+from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.registry.manifest import Artifact, Benchmark, CacheKey, Candidate, EngineManifest, Selection, TensorInfo
 from tensorkiln.settings import Settings
+
+from tensorkiln_local import install
+from tensorkiln_local.images.catalog import SERVING_TARGET
 
 PLACEHOLDER = b"test seed for a kwok-simulated GPU pool: not a TensorRT engine\n"
 SIMULATION_FILE = "simulation.json"  # the engine file of a simulation: its parameters, for the record
@@ -39,7 +44,7 @@ def _publish(
     **fields,
 ) -> str:
     """Publish `files` as the engine of (model, target) under the operator's cache key; return its digest."""
-    settings = Settings(registry_uri=registry_uri)
+    settings = Settings(registry_uri=registry_uri, serving_target=SERVING_TARGET)  # as the local install sets it
     spec = normalised_spec(model)
     # Only the spec matters here; the owner reference needs some uid.
     compile_spec = build_compile_job(
@@ -71,7 +76,11 @@ def _publish(
         created_at=datetime.now(UTC),
         **fields,
     )
-    return open_registry(registry_uri).publish(manifest, directory)
+    registry = open_registry(registry_uri)
+    digest = registry.publish(manifest, directory)
+    if isinstance(registry, FilesystemRegistry):  # written as root: compile pods add to these directories
+        install.give_to_compiler(registry.root)
+    return digest
 
 
 def publish_test_seed(registry_uri: str, model: dict, target: HardwareClass, work_dir: Path) -> str:

@@ -1,10 +1,21 @@
-"""Long-running local processes (the node agent, the operator) started detached with pid files."""
+"""Long-running local processes (the cluster's components, a detached operator) started detached with pid files."""
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
+
+
+def write_config(path: Path, text: str) -> bool:
+    """Write a process's configuration file unless it already holds `text`; True if it changed
+    (kube-proxy, for one, exits when its file is written, even with the same content)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    return True
 
 
 def pid_of(pidfile: Path) -> int | None:
@@ -55,3 +66,22 @@ def stop(pidfile: Path, grace_seconds: float = 15) -> bool:
     except ProcessLookupError:
         pass
     return True
+
+
+def accepts_connections(unix_socket: Path) -> bool:
+    """True if a process listens on unix_socket (a file left by a previous boot does not count)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(unix_socket))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until(predicate, what: str, timeout: float, interval: float = 1) -> None:
+    """Poll `predicate` until it is true; TimeoutError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

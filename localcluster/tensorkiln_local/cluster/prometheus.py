@@ -13,7 +13,6 @@ The Debian service is never used: there is no systemd here, and it would bring i
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,10 +23,13 @@ import yaml
 from kubernetes import client
 from tensorkiln import kube
 
-from tensorkiln_local.cluster import paths, processes
+from tensorkiln_local.cluster import network, paths, processes
 
 BINARY = "/usr/bin/prometheus"
 PORT = 9091  # not Prometheus's default 9090, where a Debian service may listen
+# It listens on the real node local-0's address (its bridge, nodes.py): this machine and the pods
+# reach it there, in the cluster through the Service `prometheus` in tensorkiln-local (install.py).
+ADDRESS = network.node_gateway(0)
 STATE = paths.STATE_DIR / "prometheus"
 PIDFILE = STATE / "prometheus.pid"
 LOGFILE = STATE / "prometheus.log"
@@ -55,21 +57,6 @@ RELABEL_CONFIGS = [
     {"source_labels": [f"{POD}name"], "target_label": "pod"},
     {"source_labels": [f"{POD}label_tensorkiln_dev_hardware_class"], "target_label": "hardware_class"},
 ]
-
-
-def ensure_installed() -> None:
-    """apt-get install prometheus unless the binary is there."""
-    if os.path.exists(BINARY):
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    try:
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"], check=True, env=env)
-    except (OSError, subprocess.CalledProcessError) as error:
-        raise RuntimeError(
-            f"could not install Debian's prometheus package ({error}); install it yourself "
-            f"(`sudo apt-get install -y prometheus`) so that {BINARY} exists"
-        ) from error
 
 
 def build_config(targets_file, scrape_interval: str = "2s") -> dict:
@@ -134,7 +121,7 @@ def _serve() -> int:
             f"--config.file={CONFIG}",
             f"--storage.tsdb.path={STATE / 'data'}",
             "--storage.tsdb.retention.time=2h",
-            f"--web.listen-address=127.0.0.1:{PORT}",
+            f"--web.listen-address={ADDRESS}:{PORT}",
         ]
     )
     written = None
@@ -145,7 +132,7 @@ def _serve() -> int:
 
 
 def url() -> str:
-    return f"http://127.0.0.1:{PORT}"
+    return f"http://{ADDRESS}:{PORT}"
 
 
 def _ready() -> bool:
@@ -158,9 +145,8 @@ def _ready() -> bool:
 
 def start(timeout: float = 60) -> int:
     """Start Prometheus and its pod discovery (restarted if the config changed); the pid."""
-    ensure_installed()
     STATE.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(build_config(TARGETS), sort_keys=False)
+    text = yaml.safe_dump(build_config(TARGETS), sort_keys=False) + f"# served at {url()}\n"
     if not CONFIG.exists() or CONFIG.read_text() != text:
         stop()
         CONFIG.write_text(text)

@@ -122,7 +122,9 @@ class RealModel:
     batch_size: int = 1  # spec.compile.objective.batchSize
     accuracy: dict | None = None  # spec.compile.accuracy, where the defaults do not fit the outputs
     derive: Callable[[Path, Path], None] | None = None  # (directory with the other models, cache) -> writes the file
-    refusal: tuple[str, str] | None = None  # (reason, message) the compiler answers the minimal spec with
+    # (reason, message) the minimal spec is answered with: the compile's (Compiled), or, once it compiled, the
+    # operator's (Ready) for an engine Triton's native backends cannot serve.
+    refusal: tuple[str, str] | None = None
     batched: bool = True  # False: serving.maxBatchSize 0, full shapes (CompileJob spec.batched false)
     calibration_samples: int = 32  # what `stage` writes (the big image inputs get fewer: 2.4 MB and 5.8 MB each)
     notes: dict = field(default_factory=dict)
@@ -581,6 +583,9 @@ SILERO_VAD = RealModel(
         ],
     },  # fmt: skip
     samples=silero_samples,
+    # Triton refuses a rank-0 tensor in a model it does not batch, and its native onnxruntime backend would feed
+    # the model [1]; silero-vad-batchfirst is the same model served (sr folded into the graph).
+    refusal=("ServingRefused", "'sr' is a scalar (rank 0): Triton refuses scalars in a model it does not batch"),
     notes={
         "batched refusal": (
             "ShapeMismatch",
@@ -725,11 +730,8 @@ def stage(directory: Path, cache: Path = _CACHE, names: list[str] | None = None,
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 if __name__ == "__main__":  # python -m tensorkiln_local.cluster.real_models DIR [NAME...]

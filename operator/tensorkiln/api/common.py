@@ -43,7 +43,7 @@ URI_CHAR = r"[^\x00-\x20\x7f-\x9f]"
 MODEL_URI_PATTERN = (
     rf"^(file:///{URI_CHAR}+"
     rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9]/{URI_CHAR}+"
-    rf"|https://[A-Za-z0-9.-]+(:[0-9]+)?/{URI_CHAR}*"
+    rf"|https?://[A-Za-z0-9.-]+(:[0-9]+)?/{URI_CHAR}*"
     rf"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/{URI_CHAR}+)$"
 )
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
@@ -328,8 +328,9 @@ class ModelSource(SpecModel):
         pattern=MODEL_URI_PATTERN,
         description=(
             "Location of the model file. One of file:///absolute/path (a path on the node), "
-            "s3://bucket/key, https://host/path, or pvc://claim-name/path (a file on a "
-            "PersistentVolumeClaim in the same namespace)."
+            "s3://bucket/key, https://host/path, http://host/path (inside a cluster network; set sha256 to "
+            "verify what it served), or pvc://claim-name/path (a file on a PersistentVolumeClaim in the same "
+            "namespace)."
         ),
     )
     format: ModelFormat = Field(ModelFormat.ONNX, description="Format of the model file.")
@@ -627,6 +628,55 @@ class Calibration(SpecModel):
         ),
     )
     samples: int = Field(256, ge=1, le=100000, description="Number of samples fed to the INT8 calibrator.")
+
+
+class SyntheticInput(SpecModel):
+    """A constant, or a range to draw from, that the compiler feeds one model input it synthesises."""
+
+    cel_rules = (
+        Rule(
+            "value",
+            "!has(self.value) || !(has(self.min) || has(self.max))",
+            "must not be set with min or max",
+            lambda s: s.value is None or (s.min is None and s.max is None),
+        ),
+        Rule(
+            "max",
+            "has(self.min) == has(self.max)",
+            "must be set with min, and min with max",
+            lambda s: (s.min is None) == (s.max is None),
+        ),
+        Rule(
+            "min",
+            "!has(self.min) || !has(self.max) || self.min <= self.max",
+            "must be <= max",
+            lambda s: s.min is None or s.max is None or s.min <= s.max,
+        ),
+    )
+
+    value: float | None = Field(
+        None,
+        description=(
+            "Every element of every sample is this value: for an input the model accepts only some values of, "
+            "such as a sample rate (16000) or an image size."
+        ),
+    )
+    min: float | None = Field(
+        None,
+        description="Lowest value drawn (uniformly; whole numbers for an integer input). Set with max.",
+    )
+    max: float | None = Field(
+        None, description="Highest value drawn. Set with min. Neither value nor min and max: the compiler's own draw."
+    )
+
+
+SYNTHETIC_INPUTS_DESCRIPTION = (
+    "Values for the inputs the compiler synthesises when no calibration dataset is given, by input name: a "
+    "constant or a range. Inputs left out get the compiler's own draws (floats: standard normal; integers: 0 to "
+    "15; booleans: either; a text encoder's ids, mask and token types: shaped like tokenised text), which the "
+    "engine's status lists. An input the model accepts only some values of, such as a sample rate or a size, "
+    "needs one here; a compile that the model refuses names the inputs it synthesised and how."
+)
 
 
 class AccuracyTolerance(SpecModel):

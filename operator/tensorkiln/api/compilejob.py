@@ -6,7 +6,7 @@ Written by the operator, read by the compiler pod.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema, model_validator
 
@@ -15,6 +15,7 @@ from .common import (
     DNS_LABEL_PATTERN,
     LIST_SET,
     SHA256_PATTERN,
+    SYNTHETIC_INPUTS_DESCRIPTION,
     URI_CHAR,
     AccuracyTolerance,
     Calibration,
@@ -35,11 +36,15 @@ from .common import (
     SequenceBatching,
     Shapes,
     SpecModel,
+    SyntheticInput,
     Toleration,
     derive_unset_batch_sizes,
     list_map,
 )
 from .inferencemodel import MAX_BATCH_SIZE, Percentile
+
+# The releases of serving_targets.SERVING_TARGETS (a unit test keeps them equal).
+ServingTargetRelease = Literal["24.10", "25.10", "26.06"]
 
 # The operator's TENSORKILN_REGISTRY_URI: file:// (local), pvc:// (the Helm chart's default), s3://.
 REGISTRY_URI_PATTERN = (
@@ -188,6 +193,17 @@ class CompileJobSpec(SpecModel):
         ),
     )
     calibration: Calibration | None = Field(None, description="Calibration data for INT8 candidates.")
+    synthetic_inputs: dict[str, SyntheticInput] | None = Field(
+        None, max_length=64, description="The InferenceModel's compile.syntheticInputs. " + SYNTHETIC_INPUTS_DESCRIPTION
+    )
+    serving_target: ServingTargetRelease | None = Field(
+        None,
+        description=(
+            "The Triton release that serves the engine (the operator's servingTarget): the compiler builds and times "
+            "candidates only with the onnxruntime, OpenVINO or TensorRT version that release runs, and fails with "
+            "reason RuntimeMismatch, naming both versions, in a compiler image with others. Unset: no check."
+        ),
+    )
     accuracy: AccuracyTolerance = Field(
         default_factory=AccuracyTolerance,
         description="How far candidate outputs may drift from the ONNX reference.",
@@ -298,6 +314,14 @@ class SelectionSummary(KubeModel):
     synthetic_data: bool = Field(
         False, description="Accuracy was checked on synthesised inputs only, as no dataset was given."
     )
+    synthetic_inputs: dict[str, str] | None = Field(
+        None,
+        max_length=64,
+        description=(
+            "With syntheticData: how each input's samples were made, by input name: the compiler's own draw (such "
+            "as standard normal), or the value or range spec.compile.syntheticInputs gave."
+        ),
+    )
 
 
 class CompileJobStatus(KubeModel):
@@ -337,11 +361,22 @@ class CompileJobStatus(KubeModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=list_map("type"),
-        description="Latest observations of the compile's state, unique by type.",
+        description="Latest observations of the compile's state, unique by type: Compiled, AccuracyPassed, "
+        "Selected, and Ready (an engine published or found), Reconciling (compiling) and Stalled (failed), "
+        "which GitOps tools read (kstatus).",
     )
     reason: str | None = Field(None, description="CamelCase reason for the current phase.")
     message: str | None = Field(None, description="Human-readable details about the current phase.")
     attempts: int = Field(0, ge=0, description="Compile attempts started so far.")
+    cluster_retries: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Compile Jobs started again because one failed for the cluster's fault, not the model's: its "
+            "deadline passed while the compiler could not run (an outage), its pod was evicted or lost with "
+            "its node, or the engine it published is gone from the registry. At most 3; then it stays Failed."
+        ),
+    )
 
 
 COMPILE_JOB = CustomResource(

@@ -13,6 +13,7 @@ from .common import (
     AGE_COLUMN,
     DNS_LABEL_PATTERN,
     LIST_SET,
+    SYNTHETIC_INPUTS_DESCRIPTION,
     AccuracyTolerance,
     Calibration,
     CompileJobPhase,
@@ -33,6 +34,7 @@ from .common import (
     SequenceBatching,
     Shapes,
     SpecModel,
+    SyntheticInput,
     Toleration,
     derive_unset_batch_sizes,
     list_map,
@@ -193,6 +195,15 @@ class CompilerChoice(SpecModel):
 class CompileOptions(SpecModel):
     """How engines are built, checked and chosen for each hardware class."""
 
+    cel_rules = (
+        Rule(
+            "syntheticInputs",
+            "!has(self.syntheticInputs) || !has(self.calibration)",
+            "must be unset when calibration is set: the dataset gives every input",
+            lambda o: o.synthetic_inputs is None or o.calibration is None,
+        ),
+    )
+
     precisions: list[Precision] | None = Field(
         None,
         min_length=1,
@@ -216,12 +227,26 @@ class CompileOptions(SpecModel):
             "quantization (QDQ nodes) or are skipped."
         ),
     )
+    synthetic_inputs: dict[str, SyntheticInput] | None = Field(
+        None,
+        max_length=64,
+        description=SYNTHETIC_INPUTS_DESCRIPTION + " Not with calibration: the dataset gives every input.",
+    )
     accuracy: AccuracyTolerance = Field(
         default_factory=AccuracyTolerance,
         description="How far candidate outputs may drift from the ONNX reference.",
     )
     objective: Objective = Field(default_factory=Objective, description="What the best candidate is chosen by.")
     deadline_seconds: int = Field(3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt.")
+    resources: ResourceRequirements | None = Field(
+        None,
+        description=(
+            "Compile pod resources. The compiler runs as many threads as its CPU limit allows and times candidates "
+            "with them, so the limit is what the engine is measured with. Unset: per kind of hardware, CPU classes "
+            "request 1 CPU and 2Gi and are limited to 2 CPUs and 6Gi; GPU classes request 4 CPUs and 16Gi. GPU "
+            "classes always get nvidia.com/gpu: 1 added to limits."
+        ),
+    )
     retries: int = Field(
         2,
         ge=0,
@@ -319,11 +344,14 @@ class ServingOptions(SpecModel):
         ),
     )
 
-    image: str = Field(
-        "nvcr.io/nvidia/tritonserver:25.10-py3",
+    image: str | None = Field(
+        None,
         min_length=1,
         max_length=512,
-        description="Triton Inference Server image.",
+        description=(
+            "Triton Inference Server image of this model's pods. Unset: the serving image the operator is installed "
+            "with (the Helm chart's servingImage: NVIDIA's nvcr.io/nvidia/tritonserver:25.10-py3 by default)."
+        ),
     )
     max_batch_size: int | None = Field(
         None,
@@ -797,7 +825,9 @@ class InferenceModelStatus(KubeModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=list_map("type"),
-        description="Latest observations of the model's state, unique by type (Ready, ...).",
+        description="Latest observations of the model's state, unique by type: Ready, Compiled, Deployed, "
+        "SpecValid, SLOMet, SLOMetricsAvailable, and Reconciling (work under way) and Stalled (a failure that "
+        "needs a changed spec or cluster), which GitOps tools read (kstatus).",
     )
     targets: list[TargetStatus] = Field(
         default_factory=list,

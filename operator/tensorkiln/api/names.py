@@ -1,11 +1,11 @@
 """Which model names are admitted, and the shape of the names derived from them.
 
-The naming scheme (README: "Names"):
+The naming scheme (docs/concepts.md: "Names and ownership"):
 - model-level objects (the model's Service) are named as the model: `<model>`;
 - per-hardware objects (CompileJob, Deployment, its Service and ConfigMap, PDB, HPA) are
   `<model>--<hardware class>`, the class cut and given a hash of the full name when the whole
   would pass TARGET_NAME_MAX (builders.naming.target_name); a compile Job is that name plus
-  `-<8 hex of its options>`.
+  `-<8 hex of a hash of its options and of what shapes the Job>`.
 
 A model name is a DNS-1035 label of at most MODEL_NAME_MAX characters without `--` (the CRD's
 rules below refuse others). So a per-hardware name holds `--` and no model name does; and its
@@ -18,7 +18,7 @@ checked first (controllers.owned).
 import re
 
 SEPARATOR = "--"
-TARGET_NAME_MAX = 54  # + "-" + 8 hex options hash = a compile Job's name, a 63-char label value
+TARGET_NAME_MAX = 54  # + "-" + 8 hex (builders.job.job_name) = a compile Job's name, a 63-char label value
 HASH_SUFFIX = 7  # "-" + 6 hex
 # The model's name whole, the separator, at least one character of the class, the hash suffix.
 MODEL_NAME_MAX = TARGET_NAME_MAX - len(SEPARATOR) - 1 - HASH_SUFFIX

@@ -1,16 +1,18 @@
 """InferenceModel + hardware class -> CompileJob (pure)."""
 
 from tensorkiln.api import API_VERSION
-from tensorkiln.builders import labels
+from tensorkiln.builders import labels, resources
 from tensorkiln.builders.naming import bounded_name, digest, target_name
+from tensorkiln.builders.resources import GPU_RESOURCE
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.manifest import CacheKey
 from tensorkiln.settings import Settings
 
+# spec.compile.resources unset. CPU: small enough for a 2-core node; the compiler's threads, and so
+# the timings the engine is chosen by, follow the CPU limit.
 DEFAULT_RESOURCES = {
-    "GPU": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1"}},
-    # Small enough for the local CPU node (2 cores); compile threads follow the limit.
-    "CPU": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    "GPU": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {GPU_RESOURCE: "1"}},
+    "CPU": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "6Gi"}},
 }
 
 
@@ -43,6 +45,10 @@ def options_hash(compile_spec: dict) -> str:
         hashed["batched"] = False
     if "sequenceBatching" in compile_spec:  # likewise: the compile checks the state pairs against the graph
         hashed["sequenceBatching"] = compile_spec["sequenceBatching"]
+    if "syntheticInputs" in compile_spec:  # likewise: the data every candidate is checked on
+        hashed["syntheticInputs"] = compile_spec["syntheticInputs"]
+    if "servingTarget" in compile_spec:  # likewise: the runtime versions the engine is built with
+        hashed["servingTarget"] = compile_spec["servingTarget"]
     return digest(hashed, 16)
 
 
@@ -70,7 +76,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "product": target.product,
         "nodeSelector": dict(target.node_selector),
         "tolerations": list(target.tolerations),
-        "resources": DEFAULT_RESOURCES[target.kind],
+        "resources": resources.for_class(compile_options.get("resources"), DEFAULT_RESOURCES, target),
         "simulated": target.simulated,
     }
     if target.node_affinity():
@@ -88,12 +94,16 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "deadlineSeconds": compile_options["deadlineSeconds"],
         "retries": compile_options["retries"],
     }
+    if settings.serving_target:
+        job_spec["servingTarget"] = settings.serving_target
     if "precisions" in compile_options:  # else the compiler takes what its node runs natively
         job_spec["precisions"] = compile_options["precisions"]
     if "sha256" in spec["source"]:
         job_spec["modelDigest"] = spec["source"]["sha256"]
     if "calibration" in compile_options:
         job_spec["calibration"] = compile_options["calibration"]
+    if "syntheticInputs" in compile_options:
+        job_spec["syntheticInputs"] = compile_options["syntheticInputs"]
     if "io" in spec:
         job_spec["io"] = spec["io"]
     if spec["serving"]["maxBatchSize"] == 0:  # only then: every batched CompileJob stays as it was

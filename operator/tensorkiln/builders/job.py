@@ -1,5 +1,6 @@
 """CompileJob -> batch/v1 Job that runs the compiler on a node of the hardware class (pure)."""
 
+import hashlib
 import json
 
 from tensorkiln.builders import labels, storage
@@ -10,6 +11,8 @@ from tensorkiln.builders.naming import bounded_name
 EXIT_INVALID_INPUT = 2
 SPEC_ENV = "TENSORKILN_COMPILE_SPEC"
 TERMINATION_LOG = "/dev/termination-log"
+# The compiler image's USER (compiler-jobs/Dockerfile): the owner of what compile pods publish.
+COMPILER_UID = 65532
 
 RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
@@ -20,9 +23,22 @@ RESTRICTED_CONTAINER = {
 }
 
 
+# What shapes a Job besides the compile's options: the image, the pod's placement and resources
+# (`hardware`), its deadline and retries. A Job's pod template is immutable, so a change to one of these
+# makes a new Job: a compile that failed for its memory, deadline, retries or image runs again once the
+# spec fixes them (an engine already compiled is a cache hit instead).
+JOB_SHAPING_FIELDS = ("image", "hardware", "deadlineSeconds", "retries")
+
+
 def job_name(compile_job: dict) -> str:
-    """One Job per (CompileJob, options): a changed spec gets a new Job, never an edited one."""
-    return f"{compile_job['metadata']['name']}-{compile_job['spec']['optionsHash'][:8]}"
+    """One Job per (CompileJob, options, what shapes the Job, retry after a cluster fault): a changed
+    spec or a retry gets a new Job, never an edited one; 8 hex digits of a hash of them."""
+    spec = compile_job["spec"]
+    shaping = json.dumps({field: spec.get(field) for field in JOB_SHAPING_FIELDS}, sort_keys=True)
+    retry = compile_job.get("status", {}).get("clusterRetries", 0)
+    hashed = [spec["optionsHash"], shaping, *([f"retry {retry}"] if retry else [])]  # no retry: the first name
+    digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()
+    return f"{compile_job['metadata']['name']}-{digest[:8]}"
 
 
 def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
@@ -70,7 +86,16 @@ def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
         "restartPolicy": "Never",
         "nodeSelector": hardware["nodeSelector"],
         "tolerations": hardware.get("tolerations", []),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+        # fsGroup: the kubelet gives a registry volume that supports ownership management (most
+        # PersistentVolumes) to this group, writable, so the compiler can publish into it.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": COMPILER_UID,
+            "runAsGroup": COMPILER_UID,
+            "fsGroup": COMPILER_UID,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "containers": [container],

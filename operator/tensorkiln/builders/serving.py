@@ -2,10 +2,11 @@
 
 import hashlib
 
-from tensorkiln.builders import labels, naming, storage
+from tensorkiln.builders import labels, naming, resources, storage
 from tensorkiln.builders.job import RESTRICTED_CONTAINER
 from tensorkiln.builders.naming import bounded_name
-from tensorkiln.builders.tritonconfig import config_dict, render
+from tensorkiln.builders.resources import GPU_RESOURCE
+from tensorkiln.builders.tritonconfig import config_dict, parse, render
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.scaling.metrics import QUANTILES
@@ -17,7 +18,8 @@ COMPONENT = {"app.kubernetes.io/component": "serving", "app.kubernetes.io/name":
 MODEL_REPOSITORY = "/models"
 CONFIG_DIR = "/etc/tensorkiln/triton"
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
-GPU_RESOURCE = "nvidia.com/gpu"
+# How long a deleted Triton pod keeps serving before SIGTERM: kube-proxy syncs within a second or two.
+ENDPOINT_REMOVAL_SECONDS = 5
 DEFAULT_RESOURCES = {
     "GPU": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: "1"}},
     "CPU": {"requests": {"cpu": "500m", "memory": "1Gi"}},
@@ -25,13 +27,8 @@ DEFAULT_RESOURCES = {
 
 
 def triton_resources(requested: dict | None, target: HardwareClass) -> dict:
-    """The user's resources, else the class's defaults; a GPU class's pod always gets its GPU
-    (without one it would land on a GPU node and see none)."""
-    if not requested:
-        return DEFAULT_RESOURCES[target.kind]
-    if target.kind != "GPU" or GPU_RESOURCE in requested.get("limits", {}):
-        return requested
-    return {**requested, "limits": {**requested.get("limits", {}), GPU_RESOURCE: "1"}}
+    """spec.serving.resources, else the class kind's defaults, with the GPU of a GPU class."""
+    return resources.for_class(requested, DEFAULT_RESOURCES, target)
 
 
 def target_name(model_name: str, target: HardwareClass) -> str:
@@ -101,7 +98,7 @@ def build_deployment(
         "--repository", MODEL_REPOSITORY,
         "--termination-log", "/dev/termination-log",
     ]  # fmt: skip
-    if settings.serving_runtime == "python-backend":
+    if parse(config_map["data"]["config.pbtxt"]).backend == "python":  # the simulation (tritonconfig.served_by)
         fetch_args.append("--python-backend")
     engine_fetch = {
         "name": "engine-fetch",
@@ -120,7 +117,7 @@ def build_deployment(
         engine_fetch["envFrom"] = [{"secretRef": {"name": settings.registry_secret}}]
     triton = {
         "name": "triton",
-        "image": spec["serving"]["image"],
+        "image": spec["serving"].get("image") or settings.serving_image,
         "command": ["tritonserver"],
         "args": [
             f"--model-repository={MODEL_REPOSITORY}",
@@ -139,9 +136,16 @@ def build_deployment(
         # each second, as Knative probes new pods eagerly: a scale-up's pods take load within a second of being
         # ready (bench_cost's step: 2-3 s from asked to ready on the local node, 6 s with a 5 s period).
         "startupProbe": _probe("/v2/health/ready", 1, 600),
+        # A deleted pod keeps serving until kube-proxies and clients have seen it leave the Service's
+        # endpoints (they learn it asynchronously); only then does Triton get SIGTERM and drain.
+        "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_REMOVAL_SECONDS}}},
         "resources": triton_resources(spec["serving"].get("resources"), target),
         "securityContext": RESTRICTED_CONTAINER,
-        "volumeMounts": [{"name": "models", "mountPath": MODEL_REPOSITORY, "readOnly": True}],
+        # The root filesystem is read-only; Triton's python backend makes its stubs' directories in /tmp.
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODEL_REPOSITORY, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
     }
     pod_spec = {
         "nodeSelector": dict(target.node_selector),
@@ -153,6 +157,7 @@ def build_deployment(
         "containers": [triton],
         "volumes": [
             {"name": "models", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
             {"name": "triton-config", "configMap": {"name": config_map["metadata"]["name"]}},
             *registry.volumes,
         ],
@@ -223,7 +228,7 @@ def build_pdb(model: dict, target: HardwareClass, replicas: int) -> dict | None:
     }
 
 
-# The External metric prometheus-adapter serves for HPA mode (see README: SLO scaling modes).
+# The External metric prometheus-adapter serves for HPA mode (docs/scaling.md).
 LATENCY_METRIC = "tensorkiln_triton_latency_milliseconds"
 
 
@@ -233,7 +238,7 @@ def build_hpa(model: dict, spec: dict, target: HardwareClass) -> dict | None:
     if not slo or slo["mode"] != "HPA":
         return None
     name = target_name(model["metadata"]["name"], target)
-    # Labels of Triton's own summary series, as prometheus-adapter passes them through (README).
+    # Labels of Triton's own summary series, as prometheus-adapter passes them through (docs/scaling.md).
     metric_labels = {
         "model": model["metadata"]["name"],
         "hardware_class": target.name,

@@ -4,11 +4,13 @@ Built as a dict, parsed into Triton's own ModelConfig protobuf (so a wrong field
 fails here, not in a server) and printed in protobuf text format.
 
 Two runtimes:
-- native: what the NGC tritonserver image serves: `tensorrt_plan`, `onnxruntime_onnx`, or the
-  `openvino` backend, by the engine's compiler.
-- python-backend: the local cluster's Triton (the nvidia-pytriton wheel) has only the Python
-  backend, so there a Python model (tensorkiln.serving.python_backend) runs the same engine
-  file with onnxruntime or OpenVINO.
+- native: Triton's own backends, `tensorrt_plan`, `onnxruntime_onnx` or `openvino` by the engine's
+  compiler: NGC's tritonserver image, and the serving image (serving/Dockerfile), which the local
+  cluster runs.
+- python-backend: a Python model (tensorkiln.serving.python_backend) that runs the engine file with
+  onnxruntime or OpenVINO in the stub's Python, for a Triton without native backends (the bare
+  nvidia-pytriton wheel the host-process tests start). A SimulatedServiceTime engine, the simulation
+  that stands in for a GPU, has no native backend: it is always served so (`served_by`).
 
 Batching (model_configuration.md, Maximum Batch Size): max_batch_size > 0 only when both the spec
 and the engine are batched, i.e. axis 0 of every tensor is the batch; dims then leave it out.
@@ -37,7 +39,9 @@ per GPU on a GPU class (spec.serving.instancesPerGPU), per pod on a CPU class (t
 Runtime settings: the engine is served with the runtime settings its compile measured, those of the
 selected candidate (the compiler's tuning stage may have picked a settings variant):
 - native OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
-  NUM_STREAMS, INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT; the openvino backend's README);
+  NUM_STREAMS, INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT; the openvino backend's README), and,
+  batched, ENABLE_BATCH_PADDING: the backend (r24.10) answers a batch smaller than max_batch_size with
+  an error unless it pads it to max_batch_size, which costs a full batch's compute per execution;
 - native onnxruntime: `intra_op_thread_count` from intraOpNumThreads, and the graph optimisation level
   as `optimization { graph { level } }` (the onnxruntime backend's README: -1 basic, 1 extended, 0, the
   default, all; "default", the baseline's, sets none);
@@ -125,7 +129,8 @@ def _tensors(
             raise UnservableScalar(
                 f"{tensor.name!r} is a scalar (rank 0): Triton refuses scalars in a model it does not batch "
                 "(serving.maxBatchSize 0, or the sequence batcher) and its native backends would give the model [1]; "
-                "export it with shape [1], or serve with the python-backend runtime"
+                "export the model with that input of shape [1] (a Reshape to [] inside the graph), or fold its value "
+                "into the graph"
             )
         if not dims:  # Triton refuses empty dims: clients see [1], the model its own shape (model_configuration.md)
             config |= {"dims": [1], "reshape": {"shape": []}} if reshaped else {"dims": [1]}
@@ -336,8 +341,15 @@ def _onnxruntime_native(settings: dict) -> dict:
     return config
 
 
+def served_by(manifest: EngineManifest, runtime: str) -> str:
+    """The runtime that serves the engine: `runtime`, except for the one engine no native backend serves, a
+    SimulatedServiceTime SIMULATION (it stands in for a GPU), which the python-backend runner serves by sleeping."""
+    return runtime if manifest.compiler in NATIVE_PLATFORMS else PYTHON_BACKEND
+
+
 def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str) -> dict:
     """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
+    runtime = served_by(manifest, runtime)
     batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
     sequence = sequence_batching(manifest, serving, batched, runtime)
@@ -358,11 +370,12 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str
             parameters["sequence_state"] = json.dumps(sequence["state"], separators=(",", ":"))
         config["parameters"] = _parameters(parameters)
     else:
-        if manifest.compiler not in NATIVE_PLATFORMS:
-            raise ValueError(f"a {manifest.compiler} engine is served only by the python-backend runtime")
         config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":
-            config["parameters"] = _parameters(selected_settings(manifest).get("config", {}))
+            parameters = selected_settings(manifest).get("config", {})
+            if batched:  # the openvino backend refuses a batch smaller than max_batch_size unless it pads it
+                parameters = {**parameters, "ENABLE_BATCH_PADDING": "YES"}
+            config["parameters"] = _parameters(parameters)
         elif manifest.compiler == "OnnxRuntime":
             config |= _onnxruntime_native(selected_settings(manifest))
     if sequence:  # the one scheduler: ModelConfig's scheduling_choice is a oneof

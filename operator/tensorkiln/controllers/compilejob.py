@@ -16,7 +16,16 @@ from tensorkiln.observability import metrics as own_metrics
 from tensorkiln.registry import EngineNotFound, Registry, RegistryError, RegistryUnavailable
 from tensorkiln.review.checks import refused_compile_job_status
 from tensorkiln.settings import Settings
-from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
+from tensorkiln.status import gitops
+from tensorkiln.status.compilejob import (
+    CLUSTER_RETRY_BUDGET,
+    Published,
+    cache_hit_status,
+    cluster_fault,
+    compile_job_status,
+    reported_engine,
+    retrying_status,
+)
 from tensorkiln.status.conditions import condition, merge_conditions
 
 log = logging.getLogger(__name__)
@@ -114,14 +123,9 @@ def reconcile(
             refused = refused_compile_job_status(compile_job, settings.model_file_roots, datetime.now(UTC))
             if refused is not None:
                 return _write(state, compile_job, old_status, refused)
-            # A Job's pod template is immutable, so a Job is created once and never re-applied.
-            try:
-                job = state.apply(build_job(compile_job, settings.registry_secret))
-            except client.ApiException as error:
-                if error.status not in (400, 422):
-                    raise
-                return _write(state, compile_job, old_status, _job_refused(compile_job, error))
-            log.info("created Job %s/%s", namespace, wanted)
+            job, refused = _create_job(state, compile_job, settings.registry_secret)
+            if refused is not None:
+                return _write(state, compile_job, old_status, refused)
         pod = state.newest_pod(namespace, wanted)
         published = _published(registry, reported_engine(pod))
     except RegistryUnavailable as error:
@@ -130,11 +134,35 @@ def reconcile(
         return _write(state, compile_job, old_status, _registry_unavailable(compile_job, error, failures, delay))
     backoff.succeeded(backoff_key)
 
-    status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), datetime.now(UTC), published)
+    now = datetime.now(UTC)
+    status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), now, published)
+    fault = cluster_fault(compile_job, job, pod, published) if status["phase"] == "Failed" else None
+    if fault and status.get("clusterRetries", 0) < CLUSTER_RETRY_BUDGET:
+        # Not the model's fault: compile again, in a Job of a new name (it holds the retry count).
+        log.warning("compile Job %s/%s failed for the cluster's fault: %s", namespace, wanted, fault)
+        retried = {**compile_job, "status": retrying_status(status, fault, meta.get("generation", 1), now)}
+        state.delete_job(namespace, wanted)
+        job, refused = _create_job(state, retried, settings.registry_secret)
+        status = refused or {**retried["status"], "jobName": job["metadata"]["name"]}
     return _write(state, compile_job, old_status, status)
 
 
+def _create_job(state: ClusterState, compile_job: dict, registry_secret: str | None) -> tuple[dict, dict | None]:
+    """Create the CompileJob's Job, once: a Job's pod template is immutable, so it is never re-applied.
+    (the Job, None), or ({}, the JobRefused status) when the API server refuses the Job as invalid."""
+    try:
+        job = state.apply(build_job(compile_job, registry_secret))
+    except client.ApiException as error:
+        if error.status not in (400, 422):
+            raise
+        return {}, _job_refused(compile_job, error)
+    log.info("created Job %s/%s", compile_job["metadata"]["namespace"], job["metadata"]["name"])
+    return job, None
+
+
 def _write(state: ClusterState, compile_job: dict, old_status: dict, status: dict) -> tuple[dict, dict]:
+    generation = compile_job["metadata"].get("generation", 1)
+    status = gitops.with_compile_job_conditions(status, old_status.get("conditions"), generation, datetime.now(UTC))
     if status != old_status:
         state.apply_status(compile_job, status)
     return old_status, status

@@ -6,7 +6,10 @@ reader (or a crash) never sees half a file.
 A root that does not exist yet reads as an empty registry (the first publish creates it), except
 for a registry that was `prepare`d (the operator's): its root was created then, so a root that
 is later missing (a volume not mounted, a directory moved away) is RegistryUnavailable, not a
-cache miss. A root that is not a directory, or cannot be read, is always RegistryUnavailable.
+cache miss. Where the root cannot be created (the operator's read-only mount of a fresh claim,
+which the first compile publishes into), what must stay is the directory nearest to it that
+exists, the claim's mount: while that is there, a missing root is still an empty registry. A root
+that is not a directory, or cannot be read, is always RegistryUnavailable.
 """
 
 import os
@@ -23,14 +26,19 @@ class FilesystemRegistry(Registry):
     def __init__(self, root: Path):
         super().__init__(root.as_uri())
         self.root = root
-        self.prepared = False
+        # Set by prepare: the directory that must exist for a missing root to mean "empty".
+        self.anchor: Path | None = None
+
+    @property
+    def prepared(self) -> bool:
+        return self.anchor is not None
 
     def prepare(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError:
-            pass  # reported as RegistryUnavailable by every read until the root is there
-        self.prepared = True
+            pass  # a read-only mount: the root's nearest existing directory stands for it
+        self.anchor = next((p for p in (self.root, *self.root.parents) if p.is_dir()), self.root)
 
     def _write(self, key: str, stream: BinaryIO, size: int) -> None:
         target = self.root / key
@@ -66,7 +74,7 @@ class FilesystemRegistry(Registry):
             return
         if self.root.exists() or self.root.is_symlink():
             raise RegistryUnavailable(f"{self.uri}: the registry root is not a directory")
-        if self.prepared:
+        if self.anchor is not None and (self.anchor == self.root or not self.anchor.is_dir()):
             raise RegistryUnavailable(f"{self.uri}: the registry root is missing (not mounted, or moved away?)")
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from kubernetes import client
 
-from tensorkiln.serving.client import endpoints, infer, settled_counters
+from tensorkiln.serving.client import GRPC_PORT, infer, ready_endpoints, settled_counters
 from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
 
 RAMP_START = 0.4  # of the service-time bound
@@ -100,13 +100,13 @@ def sustainable(steps: list[RampStep], target_ms: float) -> tuple[float | None, 
 
 
 def service_time_ms(api_client: client.ApiClient, namespace: str, service: str, model: str, inputs, count: int = 20):
-    """The server's mean time per request over `count` sequential requests to one ready pod
-    (after 3 to warm up), from Triton's own counters: no queue, no client time."""
-    addresses = endpoints(api_client, namespace, service)
-    if not addresses:
+    """The server's mean time per request over `count` sequential requests to one ready pod, at its
+    own address (after 3 to warm up), from Triton's own counters: no queue, no client time."""
+    ready = ready_endpoints(api_client, namespace, service)
+    if not ready:
         raise RuntimeError(f"{namespace}/{service}: no ready pod to measure")
-    address = addresses[0]
-    ip = address.rsplit(":", 1)[0]
+    ip = ready[0]
+    address = f"{ip}:{GRPC_PORT}"  # that pod itself: its counters must hold every request
     for _ in range(3):
         infer(address, model, inputs)
     before = settled_counters(ip, model)

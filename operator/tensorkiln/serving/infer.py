@@ -1,10 +1,10 @@
 """`tensorkiln infer MODEL --input FILE`: one request to a served InferenceModel, its outputs
 (top-k for a classifier) and its latency.
 
-The request goes to `--address` (host:port of Triton's gRPC endpoint, e.g. the model's Service
-from inside a real cluster), else to the first ready Triton pod behind the model's Service, found
-as serving.client.endpoints finds them (on the local cluster a Service cannot route). Tensor
-names, shapes and types come from Triton's metadata for the model (serving.request).
+The request goes to `--address` (host:port of Triton's gRPC endpoint, e.g. a `kubectl
+port-forward` from outside the cluster), else to the model's Service: its ClusterIP, which
+kube-proxy routes to a ready Triton pod (from a node or a pod of the cluster). Tensor names,
+shapes and types come from Triton's metadata for the model (serving.request).
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ from tensorkiln.serving import client, request
 
 
 def address_of(model: str, namespace: str) -> str:
+    """The model's Service, once it has a ready endpoint."""
     api = kube.api_client()
     try:
-        addresses = client.endpoints(api, namespace, model)
+        address = client.service_address(api, namespace, model)
     except kube_client.ApiException as error:
         if error.status == 404:
             raise request.RequestError(f"no Service {namespace}/{model}: is InferenceModel {model} served?") from None
         raise
-    if not addresses:
+    if not client.ready_endpoints(api, namespace, model):
         raise request.RequestError(
             f"no ready Triton pod behind Service {namespace}/{model}: `kubectl get im {model} -n {namespace}` says why"
         )
-    return addresses[0]
+    return address
 
 
 def run(
@@ -41,7 +42,7 @@ def run(
     address = address or address_of(model, namespace)
     triton = client.grpc_client(address)
     try:
-        metadata = triton.get_model_metadata(model, as_json=True)
+        metadata = client.until_routed(lambda: triton.get_model_metadata(model, as_json=True))
         config = triton.get_model_config(model, as_json=True)["config"]
     except InferenceServerException as error:
         raise request.RequestError(f"Triton at {address} does not serve {model!r}: {error.message()}") from None

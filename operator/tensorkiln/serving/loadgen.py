@@ -7,16 +7,16 @@ arrivals down and hide the overload). Arrivals are Poisson at each phase's rate 
 request's latency counts from its scheduled arrival, so time spent waiting for a free client
 thread is included.
 
-The ready pods are looked up before the clock starts and re-read every second (as kube-proxy
-follows EndpointSlices; see serving.client for why clients discover pods themselves on the local
-cluster), and requests go round-robin over them. A request that fails on a pod going away is
-retried once on another ready pod, as a load balancer's retry would; it is recorded failed only if
-that fails too.
+Requests go to the Service's ClusterIP, each over a connection of its own (as HTTP/1.1 clients
+without keep-alive would): kube-proxy sends every connection to a ready pod at random, so requests
+spread evenly over the pods, a scale-up's new pods included. (Long-lived gRPC connections would stay
+on the pods they first reached, and a few of them spread unevenly.) A request that fails (its pod
+going away) is retried over a new connection after short pauses, as a client's retry policy would;
+it is recorded failed only if every attempt fails, and its latency includes the pauses.
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
@@ -28,7 +28,11 @@ import numpy as np
 from kubernetes import client
 
 from tensorkiln.scaling.evaluation import Point
-from tensorkiln.serving.client import endpoints, infer
+from tensorkiln.serving.client import infer_on, new_connection, service_address, until_routed
+
+# Pauses before the retries of a failed request. kube-proxy may route a retry to the same dead pod
+# until its endpoint is withdrawn, a second or two after its container died: the pauses outlast that.
+RETRY_PAUSES_S = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 @dataclass(frozen=True)
@@ -64,38 +68,25 @@ class OpenLoopLoad:
         self.random = random.Random(seed)
         self.results: list[Request] = []
         self.started_at: float | None = None
-        self._addresses: list[str] = []
-        self._turn = itertools.count()
+        self._address: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def _refresh_endpoints(self) -> None:
+    def _infer_once(self, connection) -> None:
         try:
-            found = endpoints(self.api_client, self.namespace, self.service)
-        except client.ApiException:
-            found = None  # keep the last known pods through an API hiccup
-        if found is not None:
-            self._addresses = found
-
-    def _follow_endpoints(self) -> None:
-        while not self._stop.wait(1.0):
-            self._refresh_endpoints()
-
-    def _pick(self, avoid: str | None = None) -> str | None:
-        addresses = [a for a in self._addresses if a != avoid] or self._addresses
-        return addresses[next(self._turn) % len(addresses)] if addresses else None
+            infer_on(connection, self.model_name, self.inputs, timeout_s=self.timeout_s)
+        finally:
+            connection.close()
 
     def _send(self, scheduled: float, phase: str) -> None:
-        ok, address = False, None
-        for _ in range(2):
-            address = self._pick(avoid=address)
-            if address is None:
-                break
+        ok = False
+        for pause in (0.0, *RETRY_PAUSES_S):  # each attempt over a new connection
+            time.sleep(pause)
             try:
-                infer(address, self.model_name, self.inputs, timeout_s=self.timeout_s)
+                self._infer_once(new_connection(self._address))
                 ok = True
                 break
-            except Exception:  # any failure: one retry on another pod, then recorded as failed
+            except Exception:  # any failure: retried, recorded as failed after the last attempt
                 continue
         done = time.monotonic() - self.started_at
         with self._lock:
@@ -103,11 +94,11 @@ class OpenLoopLoad:
 
     def run(self, phases: list[Phase]) -> list[Request]:
         """Drive the phases in turn; returns every request, in arrival order."""
-        # The pods are known before the clock starts: the first requests would otherwise find none and fail.
-        self._refresh_endpoints()
+        # Before the clock starts: the Service's address, and one answer through it, so that the
+        # load measures the model, not kube-proxy's first sync of a new Service.
+        self._address = service_address(self.api_client, self.namespace, self.service)
+        until_routed(lambda: self._infer_once(new_connection(self._address)))
         self.started_at = time.monotonic()
-        follower = threading.Thread(target=self._follow_endpoints, daemon=True)
-        follower.start()
         try:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="load") as pool:
                 phase_start = 0.0
@@ -122,7 +113,6 @@ class OpenLoopLoad:
                     phase_start += phase.seconds
         finally:
             self._stop.set()
-            follower.join()
         return sorted(self.results, key=lambda r: r.at)
 
     def stop(self) -> None:

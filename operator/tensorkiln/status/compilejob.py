@@ -7,8 +7,13 @@ from datetime import datetime
 from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.status.conditions import condition, find, merge_conditions
 from tensorkiln.status.engine import engine_status
+from tensorkiln.status.pods import stuck_container
 
 SIMULATED_NOTE = "simulated by kwok: no container runs there, so no engine is built"
+# Compile Jobs started again after failures that are the cluster's fault (cluster_fault), per CompileJob.
+CLUSTER_RETRY_BUDGET = 3
+# A deadline counts as the model's (the compile is too slow) once the compiler ran this share of it.
+DEADLINE_SHARE_RUN = 0.9
 
 
 def _job_condition(job: dict, type_: str) -> dict | None:
@@ -154,8 +159,59 @@ def compile_job_status(
         status["phase"] = "Running"
         note = f" on a node {SIMULATED_NOTE}" if simulated else f" on node {node}"
         compiled = condition("Compiled", None, "Compiling", f"compiler running{note}")
+    elif stuck := stuck_container(pod):
+        # A wrong image, a missing Secret: the pod waits until someone mends it, and says why.
+        status["phase"] = "Pending"
+        reason, message = stuck
+        compiled = condition("Compiled", None, reason, f"compile pod {pod['metadata']['name']} cannot start: {message}")
     else:
         status["phase"] = "Pending"
         compiled = condition("Compiled", None, "Pending", "waiting for the compile pod to start")
+    if old.get("clusterRetries"):
+        status["clusterRetries"] = old["clusterRetries"]
     status["conditions"] = merge_conditions(old.get("conditions"), [scheduled, compiled, *extra], generation, now)
     return status
+
+
+def cluster_fault(compile_job: dict, job: dict, pod: dict | None, published: Published | None) -> str | None:
+    """Why a finished Job failed for the cluster's fault, not the model's: None when the model's (a
+    compiler report, a crash, a kill for memory, a deadline the compiler used up) or not failed."""
+    if _job_condition(job, "Complete"):
+        return None if published else "the registry holds no engine the compiler reported: removed since"
+    failed, terminated = _job_condition(job, "Failed"), _termination(pod)
+    if not failed or compiler_report((terminated or {}).get("message") or "").get("error"):
+        return None
+    if pod is None:
+        return "the compile pod is gone (its node was lost or deleted)"
+    pod_status = pod.get("status", {})
+    if pod_status.get("reason") == "Evicted" or find(pod_status.get("conditions"), "DisruptionTarget"):
+        return f"the compile pod was evicted: {pod_status.get('message', 'a disruption')}"
+    if failed.get("reason") == "DeadlineExceeded":
+        ran = _seconds_run(terminated)
+        deadline = compile_job["spec"].get("deadlineSeconds", 3600)
+        if ran is None or ran < DEADLINE_SHARE_RUN * deadline:
+            run = "never ran" if ran is None else f"ran {ran:.0f} s of it"
+            return f"the Job's deadline ({deadline} s) passed while the compiler could not run (it {run}): an outage?"
+    return None
+
+
+def _seconds_run(terminated: dict | None) -> float | None:
+    started, finished = (terminated or {}).get("startedAt"), (terminated or {}).get("finishedAt")
+    if not (started and finished):
+        return None
+    return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+
+
+def retrying_status(status: dict, fault: str, generation: int, now: datetime) -> dict:
+    """`status` (a failed compile) as one started again after `fault`: Pending, one cluster retry more."""
+    retries = status.get("clusterRetries", 0) + 1
+    message = f"retry {retries} of {CLUSTER_RETRY_BUDGET}: {fault}"
+    desired = [c for c in status.get("conditions", []) if c["type"] == "Scheduled"]
+    desired.append(condition("Compiled", None, "RetryingAfterClusterFault", message))
+    kept = {k: v for k, v in status.items() if k not in ("reason", "message", "completionTime", "conditions")}
+    return {
+        **kept,
+        "phase": "Pending",
+        "clusterRetries": retries,
+        "conditions": merge_conditions(status.get("conditions"), desired, generation, now),
+    }

@@ -80,6 +80,8 @@ def engine_status(manifest: EngineManifest, digest: str, uri: str, cache_hit: bo
     }
     if manifest.selection.speedup_vs_baseline is not None:
         selection["speedupVsBaseline"] = manifest.selection.speedup_vs_baseline
+    if synthetic and (drawn := manifest.calibration.get("syntheticInputs")):  # compiled since it was recorded
+        selection["syntheticInputs"] = drawn
     fields = {
         "engine": {"digest": digest, "uri": uri},
         "cacheHit": cache_hit,

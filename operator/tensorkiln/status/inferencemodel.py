@@ -4,7 +4,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.status import gitops
 from tensorkiln.status.conditions import condition, merge_conditions
+from tensorkiln.status.pods import STUCK
 from tensorkiln.status.serving import Rollout
 from tensorkiln.status.slo import slo_conditions
 
@@ -48,6 +50,16 @@ def compile_job_problem(compile_job: dict | None) -> str | None:
     return None
 
 
+def compile_pod_cannot_start(compile_job: dict | None) -> tuple[str, str] | None:
+    """(reason, message) of a CompileJob whose compile pod waits for good (a wrong image, a missing
+    Secret: status.compilejob), in its Compiled condition's words (pure)."""
+    conditions = (compile_job or {}).get("status", {}).get("conditions") or []
+    found = next((c for c in conditions if c.get("type") == "Compiled"), None)
+    if found and found.get("status") == "Unknown" and found.get("reason") in STUCK:
+        return found["reason"], found.get("message", "")
+    return None
+
+
 SIMULATED_POOL = "simulated by kwok: no compile pod runs there, so no engine is built"
 
 
@@ -69,7 +81,13 @@ def _on_simulated_node(compile_job: dict | None) -> bool:
     return bool(status.get("simulatedNode")) and status.get("phase") in ("Pending", "Running")
 
 
-def _compiled(entries: list[dict], empty: list[str], products_seen: list[str], problems: dict[str, str]) -> dict:
+def _compiled(
+    entries: list[dict],
+    empty: list[str],
+    products_seen: list[str],
+    problems: dict[str, str],
+    cannot_start: dict[str, tuple[str, str]],
+) -> dict:
     failed = [e for e in entries if e.get("compilePhase") == "Failed"]
     done = [e for e in entries if e.get("compilePhase") == "Succeeded"]
     if not entries:
@@ -84,6 +102,12 @@ def _compiled(entries: list[dict], empty: list[str], products_seen: list[str], p
     if len(done) == len(entries):
         return condition("Compiled", True, "EnginesPublished", f"engines published for {len(done)} targets")
     compiling = [e for e in entries if e not in done]
+    stuck = [
+        (e["hardwareClass"], *cannot_start[e["hardwareClass"]]) for e in compiling if e["hardwareClass"] in cannot_start
+    ]
+    if stuck:  # the first one's reason: ImagePullBackOff, CreateContainerConfigError, ...
+        why = "; ".join(f"{name}: {message}" for name, _, message in stuck)
+        return condition("Compiled", False, stuck[0][1], f"compile pods cannot start: {why}"[:4096])
     return condition("Compiled", False, "Compiling", f"compiling for: {_why(compiling, problems)}")
 
 
@@ -167,7 +191,8 @@ def inference_model_status(
     problems = {name: why for name, cj in compile_jobs.items() if (why := compile_job_problem(cj))}
     stuck = {name for name, cj in compile_jobs.items() if name not in problems and _on_simulated_node(cj)}
     problems |= {name: SIMULATED_POOL for name in stuck}
-    compiled = _compiled(with_nodes, empty, products_seen, problems)
+    cannot_start = {name: found for name, cj in compile_jobs.items() if (found := compile_pod_cannot_start(cj))}
+    compiled = _compiled(with_nodes, empty, products_seen, problems, cannot_start)
     deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
         "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
@@ -218,7 +243,7 @@ def inference_model_status(
         + (f", {simulated_count} simulated" if (simulated_count := sum(e["simulated"] for e in with_nodes)) else ""),
         "targets": entries,
     }
-    desired = [ready, compiled, deployed]
+    desired = [ready, compiled, deployed, *gitops.model_conditions(phase, ready)]
     slo = model.get("spec", {}).get("slo")
     if slo:
         for entry in entries:

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, replace
 
 from tensorkiln.builders.serving import ENGINE_DIGEST
+from tensorkiln.status.pods import container_problem
 
 
 @dataclass(frozen=True)
@@ -61,29 +62,12 @@ def desired_replicas(spec: dict, rollout: Rollout | None) -> int:
     return min(max(current, low), max(high, low))
 
 
-STUCK = ("CrashLoopBackOff", "CreateContainerConfigError", "ImagePullBackOff", "ErrImagePull", "ImageNotMappable")
-
-
-def _container_problem(pod_name: str, status: dict) -> str | None:
-    state, last = status.get("state", {}), status.get("lastState", {})
-    terminated = state.get("terminated") or last.get("terminated")
-    if terminated and terminated.get("exitCode", 0) != 0:
-        detail = (terminated.get("message") or terminated.get("reason") or "").strip()
-        return f"pod {pod_name}: container {status['name']} exited {terminated['exitCode']}: {detail}"
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") in STUCK:
-        return f"pod {pod_name}: container {status['name']}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(
-            ": "
-        )
-    return None
-
-
 def with_problem(rollout: Rollout, pods: list[dict]) -> Rollout:
     """The rollout, with the first reason one of its pods cannot start (e.g. an engine that fails its sha256)."""
     for pod in pods:
         status = pod.get("status", {})
         for container in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
-            problem = _container_problem(pod["metadata"]["name"], container)
+            problem = container_problem(pod["metadata"]["name"], container)
             if problem:
                 return replace(rollout, problem=problem[:1024])
     return rollout

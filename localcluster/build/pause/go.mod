@@ -1,0 +1,3 @@
+module tensorkiln.dev/localcluster/pause
+
+go 1.26.0
