@@ -204,3 +204,16 @@ def test_a_compile_pod_that_cannot_start_is_the_models_reason_not_compiling():
         "compile pods cannot start: cpu: compile pod x cannot start: container compiler (image bad/image:1): "
         "Back-off pulling image"
     )
+
+
+def test_an_engine_held_back_for_its_runtime_versions_is_the_deployed_reason_while_old_pods_serve():
+    why = "engine 222222222222 was built and timed with tensorrt 10.9.0, but the serving image ... 10.5.0"
+    status = inference_model_status(
+        MODEL, [target("l4")], {"l4": cj("b", "Succeeded", D2)}, {"l4": Rollout(D1, 1, 1, True)}, {}, [],
+        lambda d: f"file:///r/{d}", NOW, runtime_mismatches={"l4": why},
+    )  # fmt: skip
+    deployed = next(c for c in status["conditions"] if c["type"] == "Deployed")
+    assert (deployed["status"], deployed["reason"]) == ("False", "RuntimeMismatch")
+    assert deployed["message"] == f"l4: {why}"
+    assert conds(status)["Ready"] == ("True", "Serving")
+    assert conds(status)["Stalled"][0] == "False"  # it heals: the CompileJob compiles for the serving image

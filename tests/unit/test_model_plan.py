@@ -222,3 +222,34 @@ def test_gather_takes_the_snapshot_from_the_cache_alone(tmp_path):
     assert target.engine == DIGEST and target.rollout.serving
     assert observed.model_service["metadata"]["name"] == "resnet50"
     assert plan_model(observed, SETTINGS).targets[0].serving == Plan()  # converged: nothing to write
+
+
+def test_an_engine_built_with_other_runtime_versions_is_held_back_and_what_serves_keeps_serving(tmp_path):
+    """The chart moved to Triton 24.10 (TensorRT 10.5.0): the engine serving now, and its CompileJob's
+    result, were built with TensorRT 10.9.0. Nothing of the serving objects is written (the pods keep
+    their engine and image), the CompileJob is applied for 24.10, and the reason names both versions."""
+    model = without_slo()
+    found = converged(tmp_path, model, L4)
+    assert found.manifest.runtime_versions["tensorrt"] == "10.9.0"  # registry_fixtures' engine
+    steps = plan_model(snapshot(model, [found]), Settings(serving_target="24.10"))
+    (target,) = steps.targets
+    assert target.serving is None and target.engine is None
+    assert kinds(target.compile_job) == ["CompileJob"]
+    assert target.compile_job.applies[0]["spec"]["servingTarget"] == "24.10"
+    assert "tensorrt 10.9.0" in target.runtime_mismatch and "tensorrt 10.5.0" in target.runtime_mismatch
+    assert "Triton 24.10" in target.runtime_mismatch and DIGEST[:12] in target.runtime_mismatch
+
+
+def test_an_engine_built_with_the_serving_images_runtime_rolls_out(tmp_path):
+    model = without_slo()
+    built_for_it = engine_manifest(tmp_path).model_copy(update={"runtime_versions": {"tensorrt": "10.5.0.18"}})
+    settings = Settings(serving_target="24.10")
+    found = TargetObserved(L4, succeeded(compile_job_for(model, L4, settings)), {}, manifest=built_for_it)
+    (target,) = plan_model(snapshot(model, [found]), settings).targets
+    assert target.runtime_mismatch is None and target.engine == DIGEST
+    assert kinds(target.serving) == ["ConfigMap", "Deployment", "Service"]
+    assert kinds(target.compile_job) == []
+
+
+def compile_job_for(model, target, settings):
+    return build_compile_job(model, normalised_spec(model), target, settings)

@@ -50,8 +50,11 @@ def same_release(found: str, wanted: str) -> bool:
     return found == wanted or found.startswith((f"{wanted}.", f"{wanted}-"))
 
 
-def mismatch(target: ServingTarget, compiler: str, runtime_versions: dict[str, str]) -> str | None:
-    """Why a `compiler` engine built with `runtime_versions` must not be served by `target`; None when it may."""
+def runtime_difference(
+    target: ServingTarget, compiler: str, runtime_versions: dict[str, str]
+) -> tuple[str, str, str] | None:
+    """(distribution, version found, version `target` serves with) where a `compiler` engine built with
+    `runtime_versions` must not be served by `target`; None when it may (or nothing records the version)."""
     runtime = target.runtime(compiler)
     if runtime is None or runtime[1] is None:
         return None
@@ -59,6 +62,15 @@ def mismatch(target: ServingTarget, compiler: str, runtime_versions: dict[str, s
     found = runtime_versions.get(dist)
     if found is None or same_release(found, wanted):
         return None
+    return dist, found, wanted
+
+
+def mismatch(target: ServingTarget, compiler: str, runtime_versions: dict[str, str]) -> str | None:
+    """Why a compiler with `runtime_versions` must not build a `compiler` engine for `target`; None when it may."""
+    difference = runtime_difference(target, compiler, runtime_versions)
+    if difference is None:
+        return None
+    dist, found, wanted = difference
     return (
         f"{dist} {found} here, but Triton {target.release} (server {target.server}) serves {compiler} engines "
         f"with {dist} {wanted}"

@@ -124,6 +124,7 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         {n: r.slo_outcome for n, r in found.items() if r.slo_outcome is not None},
         spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
         refused={n: r.refused for n, r in found.items() if r.refused}, conflicts=conflicts,
+        runtime_mismatches={n: r.runtime_mismatch for n, r in found.items() if r.runtime_mismatch},
         served={n: r.served for n, r in found.items() if r.served is not None},
         least_cost=observed.least_cost,
     )  # fmt: skip
@@ -143,6 +144,7 @@ class TargetResult:
     served: dict | None = None  # what their model config sets (TargetPlan.served)
     slo_outcome: Outcome | None = None
     refused: str | None = None  # why Kubernetes or Triton refuse its serving objects
+    runtime_mismatch: str | None = None  # why its engine is not rolled out (TargetPlan.runtime_mismatch)
     conflict: str | None = None  # a derived name another owner holds
 
 
@@ -178,7 +180,7 @@ def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) ->
                 _report_scaling(state, model, target, found.slo_outcome)
     if rollout is not None and not rollout.updated:
         rollout = with_problem(rollout, list(found.pods))
-    return TargetResult(compile_job, rollout, applied, served, found.slo_outcome, refused)
+    return TargetResult(compile_job, rollout, applied, served, found.slo_outcome, refused, steps.runtime_mismatch)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

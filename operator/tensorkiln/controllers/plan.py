@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from google.protobuf.json_format import ParseError
 from kubernetes import client
 
+from tensorkiln.api.serving_targets import SERVING_TARGETS, runtime_difference
 from tensorkiln.builders import serving, tritonconfig
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers import owned
@@ -62,6 +63,8 @@ class TargetPlan:
     engine: str | None = None  # the engine `serving` rolls out
     served: dict | None = None  # the target's status.serving: what `serving`'s model config sets
     refused: str | None = None  # why Triton's config schema refuses the serving objects
+    # why the engine is not rolled out: built with other runtime versions than the serving image's
+    runtime_mismatch: str | None = None
     conflict: str | None = None  # a derived name another owner holds: nothing of the target is written
 
 
@@ -85,6 +88,24 @@ def refusal(error: Exception) -> str | None:
             message = error.reason
         return f"the API server refuses it: {message}"
     return None
+
+
+def runtime_mismatch(engine: str, manifest, settings: Settings) -> str | None:
+    """Why the serving image must not serve this engine: its runtime (onnxruntime, OpenVINO, TensorRT)
+    is another version than the one the image's Triton release serves with; None when it may, or
+    where the operator has no servingTarget (unchecked)."""
+    target = SERVING_TARGETS.get(settings.serving_target or "")
+    if target is None:
+        return None
+    difference = runtime_difference(target, manifest.compiler, manifest.runtime_versions)
+    if difference is None:
+        return None
+    dist, found, wanted = difference
+    return (
+        f"engine {engine[:12]} was built and timed with {dist} {found}, but the serving image "
+        f"(Triton {target.release}, server {target.server}) serves {manifest.compiler} engines with {dist} {wanted}: "
+        f"not rolled out; its CompileJob compiles for {target.release}"
+    )
 
 
 def _serving_objects(
@@ -120,6 +141,8 @@ def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) 
         engine = found.engine
         if engine is None or found.manifest is None:  # nothing compiled yet, or the registry is away
             return TargetPlan(target, compile_job)
+        if mismatch := runtime_mismatch(engine, found.manifest, settings):  # what serves now keeps serving, untouched
+            return TargetPlan(target, compile_job, runtime_mismatch=mismatch)
         # The SLO scaler's: the target's own decision (placement PerClass), or its share of the model's
         # least-cost placement, stabilised (LeastCost: controllers.scaler.Scaler.place, in gather).
         replicas = found.slo_outcome.replicas if found.slo_outcome else desired_replicas(spec, found.rollout)

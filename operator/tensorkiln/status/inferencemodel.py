@@ -112,6 +112,7 @@ def _compiled(
 
 
 SERVING_REFUSED = "ServingRefused"
+RUNTIME_MISMATCH = "RuntimeMismatch"
 NAME_CONFLICT = "NameConflict"
 
 
@@ -123,11 +124,18 @@ def _rolled_out(rollout: Rollout | None, engine: str) -> bool:
 
 
 def _deployed(
-    entries: list[dict], rollouts: dict[str, Rollout], engines: dict[str, str], refused: dict[str, str]
+    entries: list[dict],
+    rollouts: dict[str, Rollout],
+    engines: dict[str, str],
+    refused: dict[str, str],
+    runtime_mismatches: dict[str, str],
 ) -> dict:
     if refused:  # first: no wait ends it, only a new spec
         why = "; ".join(f"{name}: {message}" for name, message in sorted(refused.items()))
         return condition("Deployed", False, SERVING_REFUSED, why[:4096])
+    if runtime_mismatches:  # before AwaitingEngines: an engine exists, and why it is held back says more
+        why = "; ".join(f"{name}: {message}" for name, message in sorted(runtime_mismatches.items()))
+        return condition("Deployed", False, RUNTIME_MISMATCH, why[:4096])
     pending = [e for e in entries if e["hardwareClass"] not in engines]
     if pending:
         return condition("Deployed", False, "AwaitingEngines", f"no engine yet for: {_names(pending)}")
@@ -171,6 +179,7 @@ def inference_model_status(
     conflicts: dict[str, str] | None = None,
     least_cost=None,
     served: dict[str, dict] | None = None,
+    runtime_mismatches: dict[str, str] | None = None,
 ) -> dict:
     """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
     digest each target should serve (by class). Target `engine` is the engine being served.
@@ -180,7 +189,8 @@ def inference_model_status(
     `least_cost`: under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.
     LeastCostOutcome): the model's cost per hour and SLOMet come from it, and a target it scaled to 0
     replicas is unused, not waiting. `served`: what each rolled-out target's model config sets for
-    batching and instances (builders.tritonconfig.served_settings)."""
+    batching and instances (builders.tritonconfig.served_settings). `runtime_mismatches`: targets whose
+    engine was built with other runtime versions than the serving image's, and why (not rolled out)."""
     generation = model["metadata"].get("generation", 1)
     entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
     for entry in entries:
@@ -193,8 +203,10 @@ def inference_model_status(
     problems |= {name: SIMULATED_POOL for name in stuck}
     cannot_start = {name: found for name, cj in compile_jobs.items() if (found := compile_pod_cannot_start(cj))}
     compiled = _compiled(with_nodes, empty, products_seen, problems, cannot_start)
-    deployed = _deployed(with_nodes, rollouts, engines, refused or {}) if with_nodes else condition(
-        "Deployed", False, compiled["reason"], compiled["message"])  # fmt: skip
+    if with_nodes:
+        deployed = _deployed(with_nodes, rollouts, engines, refused or {}, runtime_mismatches or {})
+    else:
+        deployed = condition("Deployed", False, compiled["reason"], compiled["message"])
     serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
     # Under LeastCost a class may go unused (minReplicas 0): its Deployment at 0 replicas waits for nothing.
     unused = [e for e in with_nodes if least_cost is not None and e not in serving and e.get("replicas") == 0]
