@@ -527,10 +527,12 @@ def _min_gt_max(spec: dict, path: list, how: str) -> list:
 
 
 def _break_rule(spec: dict, rule: str) -> list:
+    # The batch sizes the spec leaves unset, as the model derives them (api.common.derive_unset_batch_sizes):
+    # a constant default could lower shapes.batch.max below serving.maxBatchSize and break a second rule.
+    derived = InferenceModelSpec.model_validate_json(json.dumps(spec), strict=True).shapes.batch
     batch = spec.setdefault("shapes", {}).setdefault("batch", {})
-    for key, default in (("min", 1), ("opt", 8), ("max", 32)):
-        batch.setdefault(key, default)
-    batch["min"], batch["opt"], batch["max"] = sorted((batch["min"], batch["opt"], batch["max"]))  # defaults fit in
+    for key in ("min", "opt", "max"):
+        batch.setdefault(key, getattr(derived, key))
     if rule == "max-batch-over-profile":
         if batch["max"] >= 4096:
             batch["max"] = batch["opt"] = 64
