@@ -49,6 +49,15 @@ def cluster_state(namespace: str) -> str:
     return "\n".join(sections)
 
 
+# Modules that read what the serving tests leave in the cluster's Prometheus (the Triton series of
+# the last hour), so they run after them; pytest's order is otherwise the files' names.
+RUN_LAST = ("test_dashboard.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name in RUN_LAST)  # stable: the rest keep their order
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield

@@ -3,9 +3,10 @@ evaluates, and every metric it names exists.
 
 Template variables are replaced by a target Prometheus has seen (the last hour's Triton series)
 or, when none, by placeholder values: the queries still parse and evaluate, to empty results.
-The operator's own metrics (tensorkiln_*) are not scraped by the local Prometheus, which only
-discovers pods and the operator runs here as a plain process; they are checked against the
-operator's metrics registry (observability.metrics) instead.
+The operator's own metrics (tensorkiln_*) are checked against the operator's metrics registry
+(observability.metrics), not against what Prometheus scraped from the operator's pod: a labelled
+counter has no series until its first event (a scale action, a registry lookup). This module runs
+after the serving tests (conftest.RUN_LAST), whose Triton pods leave the series it reads.
 """
 
 import pytest
