@@ -117,7 +117,6 @@ class Operator:
             "KUBECONFIG": str(kubeconfig),
             "PYTHONPATH": str(tree / "operator"),
             "TENSORKILN_REGISTRY_URI": registry_uri,
-            "TENSORKILN_SERVING_RUNTIME": "python-backend",
             "TENSORKILN_METRICS_PORT": str(self.metrics_port),
             "TENSORKILN_HEALTH_PORT": str(free_port()),
             "TENSORKILN_LISTEN_ADDRESS": "127.0.0.1",

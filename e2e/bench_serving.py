@@ -1,8 +1,9 @@
 """Benchmark: Triton's dynamic batching, fixed and as the compile tunes it, and the selected engine vs the raw ONNX.
 
-One real tritonserver (the nvidia-pytriton wheel, python backend, as the local node runs it) on a
-loopback address serves four models of the rapidocr cls classifier, each with the intra-op threads
-per instance that the operator renders (those the compile measured the engine with):
+One real tritonserver (the nvidia-pytriton wheel's server with the serving image's native onnxruntime and
+openvino backends, as the local node's Triton pods run it) on a loopback address serves four models of the
+rapidocr cls classifier, each with the configs the operator renders for any cluster (the intra-op threads per
+instance those the compile measured the engine with):
 
     selected-batching  the engine tensorkiln-compile selects, behind Triton's dynamic batcher with the
                        InferenceModel API's fixed defaults (preferred [8, 16], 2000 µs), one instance
@@ -20,8 +21,10 @@ fields and instancesPerGPU unset, so the manifest's choice fills them, as the op
 For every concurrency, each model in turn gets closed-loop clients (threads sending batch-1
 [1,3,48,192] requests of rendered text with tritonclient.grpc, one client per thread): a warm-up,
 then a fixed measured window. Client-side latency percentiles, throughput, and the mean batch size
-from Triton's nv_inference_count / nv_inference_exec_count. The clients share the machine's CPUs
-with the server: on a 2-core machine they are part of the measurement. Writes e2e/results/serving.md
+from Triton's nv_inference_count / nv_inference_exec_count. On a machine of 2 or more CPUs the server
+and the load generator get CPUs of their own (--pin, the default): the compile and the server run on CPU 0
+alone, so the engine is chosen, tuned and timed (the bound) on the one core that serves it, and the clients
+run on the others. Without pinning they share the CPUs, and are part of the measurement. Writes e2e/results/serving.md
 and serving.png, with selected-tuned's goals (p95 at 1 client within 1.2x of no batching; at the
 highest concurrency, throughput at least 0.8x the bound the engine's batch efficiency allows). No
 cluster needed.
@@ -32,7 +35,6 @@ Usage: .venv/bin/python e2e/bench_serving.py [--duration 5] [--warmup 2] [--conc
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -55,12 +57,12 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tensorkiln.api import CompileJobSpec, ServingOptions
 from tensorkiln.builders.tritonconfig import (
-    PYTHON_BACKEND,
     batcher,
     config_dict,
+    measured_threads,
     parse,
     render,
-    runner_threads,
+    selected_settings,
     served_settings,
 )
 from tensorkiln.registry.manifest import EngineManifest, ServingTuning
@@ -151,12 +153,14 @@ def tuned_spec() -> dict:
     return serving.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def write_config(
-    path: Path, name: str, manifest: EngineManifest, spec: dict, engine: str, instances: int | None
-) -> str:
+def served_threads(manifest: EngineManifest) -> int:
+    """The CPU threads per instance the rendered config gives the engine: those the compile measured it with."""
+    return measured_threads(selected_settings(manifest)) or 1
+
+
+def write_config(path: Path, name: str, manifest: EngineManifest, spec: dict, instances: int | None) -> str:
     """config.pbtxt for spec.serving `spec`; `instances`: the instance count, None to keep config_dict's."""
-    config = config_dict(name, manifest, spec, PYTHON_BACKEND)
-    config["parameters"]["engine"] = {"stringValue": engine}  # the runner refuses any other engine
+    config = config_dict(name, manifest, spec)
     if instances is not None:
         config["instanceGroup"][0]["count"] = instances  # tritonconfig gives CPU classes 1 per pod untuned
     text = render(config)
@@ -177,12 +181,11 @@ def lay_out_repository(
     }
     for name, (spec, instances) in selected.items():
         config = root / "etc" / name / "config.pbtxt"
-        configs[name] = write_config(config, name, manifest, spec, digest, instances)
-        enginefetch.lay_out(registry_uri, digest, name, config, repository, python_backend=True)
+        configs[name] = write_config(config, name, manifest, spec, instances)
+        enginefetch.lay_out(registry_uri, digest, name, config, repository, python_backend=False)
 
-    # The raw ONNX as Triton would get it from a user: onnxruntime, default options, no batcher. Its
-    # engine.json is the compile's baseline candidate (graphOptimizationLevel "default").
-    raw = f"raw-onnx-{manifest.key.model_digest[:16]}"
+    # The raw ONNX as Triton would get it from a user: onnxruntime, default options, no batcher: the compile's
+    # baseline candidate (graphOptimizationLevel "default"), rendered as the operator would render it.
     baseline = manifest.model_copy(
         update={
             "compiler": "OnnxRuntime",
@@ -193,11 +196,8 @@ def lay_out_repository(
     version = repository / "baseline" / enginefetch.VERSION
     version.mkdir(parents=True)
     config = repository / "baseline" / "config.pbtxt"
-    configs["baseline"] = write_config(config, "baseline", baseline, serving.spec(False), raw, serving.instances)
+    configs["baseline"] = write_config(config, "baseline", baseline, serving.spec(False), serving.instances)
     shutil.copyfile(CLS.path, version / "model.onnx")
-    shutil.copyfile(enginefetch.RUNNER, version / "model.py")
-    engine = enginefetch.engine_json(raw, baseline)
-    (version / enginefetch.ENGINE_JSON).write_text(json.dumps(engine, indent=2) + "\n")
     return configs
 
 
@@ -205,10 +205,10 @@ def lay_out_repository(
 
 
 class Server:
-    """tritonserver (the serving image's, as a process of this machine: it is pinned to a core) on
-    its own loopback address."""
+    """tritonserver (the serving image's, as a process of this machine, so that it can be pinned to CPUs) on
+    its own loopback address; `cpus`: the CPUs it may run on, None for all."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cpus: set[int] | None = None):
         self.ip = triton_process.free_loopback_address()
         args = [arg.format(repository=root / "models") for arg in TRITON_ARGS]
         argv, env = triton_process.command(
@@ -219,7 +219,10 @@ class Server:
         )
         self.log_path = root / "tritonserver.log"
         with open(self.log_path, "wb") as out:
-            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )  # fmt: skip
 
     @property
     def grpc(self) -> str:
@@ -246,7 +249,7 @@ class Server:
         return settled_counters(self.ip, model)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server and its python-backend stubs (its process group)."""
+        """User + system CPU time of the server (its process group)."""
         total, tick = 0.0, os.sysconf("SC_CLK_TCK")
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -259,7 +262,7 @@ class Server:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)  # the server and its python-backend stubs
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
@@ -280,7 +283,7 @@ class Point:
     latencies_ms: np.ndarray  # client side, one per answered request
     errors: int
     triton: dict[str, float]  # deltas of this model's nv_inference_* counters over the window
-    server_cpu_s: float  # CPU seconds of the server and its stubs
+    server_cpu_s: float  # CPU seconds of the server
     client_cpu_s: float  # CPU seconds of this process (the clients)
     load: float  # 1-minute load average after the (last) window
 
@@ -471,7 +474,7 @@ def little(batched: Point, single: Point, winner) -> list[str]:
             f"(p50, {bench.threads} threads, as served here), i.e. about {1000 / per_sample:.0f} samples/s of "
             "engine time for one instance before any server overhead. Inside Triton at "
             f"c={batched.concurrency}, compute per batch / mean batch = {batched.compute_ms / batched.mean_batch:.2f} ms "
-            "per sample; the gap is the python-backend path's per-request work plus contention for the CPUs (a rough "
+            "per sample; the gap is the server's per-request work plus contention for the CPUs (a rough "
             "comparison: the compile's figure was taken at another moment)."
         )
     return lines
@@ -566,7 +569,7 @@ def tuned_report(
         "the setting at "
         + (f"{simulated[hi].throughput_per_s:.0f}/s here." if hi in simulated else f"no load of {hi} clients.")
     )
-    lines += cpu_arithmetic(top, tuning, target, runner_threads(manifest))
+    lines += cpu_arithmetic(top, tuning, target, served_threads(manifest))
     return lines
 
 
@@ -583,14 +586,14 @@ def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float, threads: in
     engine_ms = min(cpus, best.threads) * best.p50_ms / best.batch_size  # its threads busy for its batch
     line = (
         f"- What the throughput goal asks of the CPUs (arithmetic on the figures above): at c={top.concurrency} "
-        f"selected-tuned took {per_request:.2f} ms of CPU per request ({server_ms:.2f} ms in tritonserver and its "
-        f"stubs, {client_ms:.2f} ms in the clients, this process, on the same {cpus} CPUs). At that cost {cpus} CPUs "
+        f"selected-tuned took {per_request:.2f} ms of CPU per request ({server_ms:.2f} ms in tritonserver, "
+        f"{client_ms:.2f} ms in the clients, this process; {cpus} CPUs in all). At that cost {cpus} CPUs "
         f"doing nothing else serve at most {ceiling:.0f} req/s ({ratio(ceiling, target)} the goal's {target:.0f}). "
         f"The bound counts the engine alone: at its most efficient batch ({best.batch_size}, {best.p50_ms:.2f} ms with "
         f"{best.threads} thread(s)) at most {engine_ms:.2f} ms of CPU per sample (its threads busy throughout), "
         f"against {per_request:.2f} ms measured per request here (served with {threads} intra-op thread(s) per "
         f"instance; mean batch {top.mean_batch:.1f}); the rest, at least {per_request - engine_ms:.2f} ms, is gRPC, "
-        "Triton's python backend and the clients, which the bound leaves out."
+        "Triton's own work and the clients, which the bound leaves out."
     )
     if ceiling < target:
         line += (
@@ -655,7 +658,16 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1,
                         help="instance_group count, every model but selected-tuned (the compile's choice)")  # fmt: skip
     parser.add_argument("--output", type=Path, default=RESULTS, help="where serving.md and serving.png go")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=(os.cpu_count() or 1) >= 2,
+        help="compile and serve on CPU 0 alone, the clients on the other CPUs (default: with 2+ CPUs)",
+    )
     args = parser.parse_args()
+    every_cpu = os.sched_getaffinity(0)
+    server_cpus = {min(every_cpu)} if args.pin else None
+    client_cpus = every_cpu - server_cpus if args.pin else every_cpu
     serving = Serving(tuple(args.preferred), args.queue_delay_us, args.instances)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     concurrencies = sorted(set(args.concurrency))
@@ -668,7 +680,10 @@ def main() -> None:
         print("compiling cls (every candidate) ...", flush=True)
         t0 = time.perf_counter()
         plan = BenchmarkPlan(runs=args.compile_runs)  # as the operator times engines, so the bound is as sound
+        if server_cpus:  # chosen, tuned and timed on the core that serves it: its usable CPUs are that one
+            os.sched_setaffinity(0, server_cpus)
         digest, manifest = compile_selected(root, registry_uri, plan)
+        os.sched_setaffinity(0, client_cpus)
         compile_s = time.perf_counter() - t0
         winner = next(c for c in manifest.candidates if c.id == manifest.selection.winner)
         print(f"selected {winner.id} ({manifest.selection.reason}) in {compile_s:.0f} s", flush=True)
@@ -676,7 +691,7 @@ def main() -> None:
         print(f"batcher tuned: {tuning.reason}" if tuning else "batcher not tuned: selected-tuned gets the defaults")
         configs = lay_out_repository(root, registry_uri, digest, manifest, serving)
 
-        server = Server(root)
+        server = Server(root, server_cpus)
         try:
             server.wait_ready()
             checks = check_outputs(server, samples)
@@ -705,7 +720,7 @@ def main() -> None:
     cpu = manifest.fingerprint.get("cpu", {})
     machine = f"{cpu_name()}, {os.cpu_count()} CPUs"
     versions = ", ".join(f"{k} {v}" for k, v in manifest.runtime_versions.items())
-    tuned_config = config_dict("selected-tuned", manifest, tuned_spec(), PYTHON_BACKEND)
+    tuned_config = config_dict("selected-tuned", manifest, tuned_spec())
     chosen_by = served_settings(tuned_config, batcher(tuned_spec(), manifest, gpu=False), manifest)["chosenBy"]
     tuned = tuned_report(by, rounds, concurrencies, manifest, chosen_by)
     tuned_instances = tuned_config["instanceGroup"][0]["count"]
@@ -714,7 +729,7 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     series = {m: [(p.concurrency, p.throughput, p.p(95)) for p in points if p.model == m] for m in MODELS}
     title = (
-        f"Triton 2.51 (python backend), rapidocr cls, batch-1 requests: {machine}\n{args.rounds} x {args.duration:g} s "
+        f"Triton 2.51 (native backends), rapidocr cls, batch-1 requests: {machine}\n{args.rounds} x {args.duration:g} s "
         f"measured per point; 1-minute load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
     )
     plot(series, concurrencies, title, args.output / "serving.png")
@@ -745,13 +760,19 @@ def main() -> None:
         "gives the 1-minute load average after each point; the benchmark itself accounts for about 1 of it (the "
         "server's execution thread and the clients).",
         "",
-        "Setup: one real `tritonserver` 2.51 (nvidia-pytriton wheel; only the python backend, so every model is the "
-        "project's python-backend runner executing the engine in-process, as on the local node) on a 127.0.0.x address. "
-        f"Model: rapidocr's `{CLS.path.name}`, batch-1 requests of shape [1,3,{CLS.height},{CLS.width}], "
+        "Setup: one real `tritonserver` 2.51 (the nvidia-pytriton wheel's server with the serving image's native "
+        "onnxruntime and openvino backends, r24.10, as the local node's Triton pods run it) on a 127.0.0.x address; "
+        + (
+            f"the compile and the server on CPU {sorted(server_cpus)} alone, the clients on CPU {sorted(client_cpus)}. "
+            if server_cpus
+            else "server and clients on every CPU (not pinned). "
+        )
+        + f"Model: rapidocr's `{CLS.path.name}`, batch-1 requests of shape [1,3,{CLS.height},{CLS.width}], "
         f"{SAMPLES} rendered text lines in rotation. Each model: {serving.instances} instance(s) (KIND_CPU; "
-        f"selected-tuned: {tuned_instances}, the compile's choice), `intra_op_threads` {runner_threads(manifest)} per "
+        f"selected-tuned: {tuned_instances}, the compile's choice), {served_threads(manifest)} intra-op thread(s) per "
         "instance (the threads the compile measured the engine with, as the operator renders them), "
-        f"`max_batch_size` {MAX_BATCH}; configs rendered by `tensorkiln.builders.tritonconfig` (python-backend runtime).",
+        f"`max_batch_size` {MAX_BATCH}; configs rendered by `tensorkiln.builders.tritonconfig`, the renderer every "
+        "cluster gets.",
         "",
         f"- `selected-batching`: the engine the compile selected, `{winner.id}` ({winner.compiler}, {winner.precision}; "
         f"settings {settings}; {manifest.selection.reason}), with `dynamic_batching {{ preferred_batch_size: "
@@ -769,8 +790,7 @@ def main() -> None:
         + ".",
         "- `selected-nobatch`: the same engine, no `dynamic_batching`.",
         "- `baseline`: the unmodified ONNX on onnxruntime with default options, no `dynamic_batching`: the raw file "
-        "served as is. (What config Triton's native onnxruntime backend would auto-complete for a raw file was not "
-        "checked: this wheel has no such backend.)",
+        "served as is, by the native onnxruntime backend.",
         "",
         (
             "Serving config of selected-batching: the InferenceModel API's fixed defaults, unchanged, what the "
@@ -796,8 +816,13 @@ def main() -> None:
         "client-side (send to answer); throughput = answered requests / wall time until the last client stopped. "
         "Mean batch = delta `nv_inference_count` / delta `nv_inference_exec_count`; queue and compute are Triton's "
         "per-request means from `nv_inference_queue_duration_us` / `nv_inference_compute_infer_duration_us`. "
-        "Server and client CPU are cores busy during the window (tritonserver and its stubs; this Python process). "
-        f"The clients run on the same {os.cpu_count()} CPUs as the server, so at high concurrency they compete with it.",
+        "Server and client CPU are cores busy during the window (tritonserver; this Python process). "
+        + (
+            "The clients run on CPUs of their own, apart from the server's."
+            if server_cpus
+            else f"The clients run on the same {os.cpu_count()} CPUs as the server, so at high concurrency they "
+            "compete with it."
+        ),
         "",
         *table(points),
         "",

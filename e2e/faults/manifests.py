@@ -512,27 +512,33 @@ def _min_gt_max(spec: dict, path: list, how: str) -> list:
         slo["minReplicas"] = slo["maxReplicas"] + 1
         return ["slo", "minReplicas"]
     if how in ("batch-min", "batch-max"):
-        batch = spec.setdefault("shapes", {}).setdefault("batch", {"min": 1, "opt": 8, "max": 32})
-        batch.setdefault("min", 1), batch.setdefault("opt", 8), batch.setdefault("max", 32)
+        batch = _batch_sizes_set(spec)
         if how == "batch-min":
             batch["min"] = batch["opt"] + 1
             return ["shapes", "batch", "min"]
         if batch["opt"] == 1:
             batch["opt"] = batch["min"] = 2
         batch["max"] = batch["opt"] - 1
+        batch["min"] = min(batch["min"], batch["max"])  # only opt > max is broken, so the error names opt
         return ["shapes", "batch", "opt"]
     dim = _get(spec, path[:-1])
     dim["min"] = dim["opt"] + 1
     return path
 
 
-def _break_rule(spec: dict, rule: str) -> list:
-    # The batch sizes the spec leaves unset, as the model derives them (api.common.derive_unset_batch_sizes):
-    # a constant default could lower shapes.batch.max below serving.maxBatchSize and break a second rule.
+def _batch_sizes_set(spec: dict) -> dict:
+    """spec.shapes.batch with the sizes the (valid) spec leaves unset set as the model derives them
+    (api.common.derive_unset_batch_sizes): a constant could break a second rule (shapes.batch.max below
+    serving.maxBatchSize, a set min above a default opt), and the error would name that rule's field."""
     derived = InferenceModelSpec.model_validate_json(json.dumps(spec), strict=True).shapes.batch
     batch = spec.setdefault("shapes", {}).setdefault("batch", {})
     for key in ("min", "opt", "max"):
         batch.setdefault(key, getattr(derived, key))
+    return batch
+
+
+def _break_rule(spec: dict, rule: str) -> list:
+    batch = _batch_sizes_set(spec)
     if rule == "max-batch-over-profile":
         if batch["max"] >= 4096:
             batch["max"] = batch["opt"] = 64

@@ -17,9 +17,6 @@ class Settings:
     registry_secret: str | None = None
     # The Triton image of models whose spec.serving.image is unset (the chart's servingImage).
     serving_image: str = "nvcr.io/nvidia/tritonserver:25.10-py3"
-    # native: Triton's own backends (NGC's image, TensorKiln's serving image); python-backend: a Triton
-    # with only the Python backend (see builders.tritonconfig).
-    serving_runtime: str = "native"
     # The Triton release of serving_image (api.serving_targets): compiles use only its runtime versions.
     # None: unchecked.
     serving_target: str | None = None
@@ -83,7 +80,6 @@ class Settings:
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
-            serving_runtime=os.environ.get("TENSORKILN_SERVING_RUNTIME", cls.serving_runtime),
             serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,
             resync_seconds=float(os.environ.get("TENSORKILN_RESYNC_SECONDS") or cls.resync_seconds),

@@ -14,7 +14,7 @@ from kubernetes import client
 from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.serving import COMPONENT, ENGINE_DIGEST
-from tensorkiln.builders.tritonconfig import parse
+from tensorkiln.builders.tritonconfig import config_dict, parse, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
@@ -142,6 +142,12 @@ def test_triton_serves_accurately_batches_upgrades_without_failures_and_refuses_
     # The status says what the applied config.pbtxt sets, and who chose it (the compile tunes the batcher).
     (config_map,) = client.CoreV1Api(api).list_namespaced_config_map(namespace, label_selector=SERVING).items
     config = parse(config_map.data["config.pbtxt"])
+    # Natively served, with the config production gets: the one renderer, given this engine and spec, on a
+    # cluster with NGC's image (the chart's defaults) renders the text the local operator applied.
+    assert config.platform == "onnxruntime_onnx" or config.backend == "openvino", config
+    manifest = open_registry(operator.registry_uri).manifest(served_engine(api, namespace))
+    production = render(config_dict(NAME, manifest, normalised_spec(model_object(api, namespace))["serving"]))
+    assert config_map.data["config.pbtxt"] == production
     shown = reported["status"]["targets"][0]["serving"]
     assert shown["scheduler"] == "Dynamic" and shown["instances"] == config.instance_group[0].count
     assert shown["preferredBatchSizes"] == list(config.dynamic_batching.preferred_batch_size)

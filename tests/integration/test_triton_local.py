@@ -1,10 +1,12 @@
 """Real Triton serving real engines: the Triton pod's two containers, run by hand on a loopback address.
 
 The OCR classifier from the rapidocr wheel is compiled here (tensorkiln-compile's main) into an OpenVINO
-and an onnxruntime engine; tensorkiln-engine-fetch lays them out with the python-backend runner,
-as the init container does; the nvidia-pytriton wheel's tritonserver (the serving image's server, as a
-process of this machine: tensorkiln_local.triton_process) serves them with the triton container's
-arguments. No cluster needed: the same engines on the real node are test_serving_local's.
+and an onnxruntime engine; the operator's renderer (builders.tritonconfig, the one every cluster gets)
+writes their config.pbtxt for Triton's native backends; tensorkiln-engine-fetch lays them out as the init
+container does; the nvidia-pytriton wheel's tritonserver with the serving image's native onnxruntime and
+openvino backends (the serving image's server, as a process of this machine:
+tensorkiln_local.triton_process) serves them with the triton container's arguments. No cluster needed:
+the same engines on the real node are test_serving_local's.
 """
 
 import json
@@ -20,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from google.protobuf import text_format
 from PIL import Image
 from tensorkiln import cli
+from tensorkiln.builders.tritonconfig import config_dict, render
+from tensorkiln.controllers.inferencemodel import normalised_spec
+from tensorkiln.registry import open_registry
 from tensorkiln.serving.client import infer, settled_counters
 from tensorkiln.serving.request import ServedTensor, image_array
 from tensorkiln_compiler import pipeline
@@ -30,7 +34,7 @@ from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement
 from tensorkiln_local import triton_process
 from tensorkiln_local.cluster.ocr_models import CLS
-from tritonclient.grpc import InferenceServerClient, model_config_pb2
+from tritonclient.grpc import InferenceServerClient
 
 pytestmark = pytest.mark.serving
 
@@ -41,27 +45,19 @@ TRITON_ARGS = [
 ]  # fmt: skip
 OUTPUT = "save_infer_model/scale_0.tmp_1"  # the classifier's only output: [N, 2] probabilities
 ENGINES = {"cls-openvino": "OpenVINO", "cls-onnxruntime": "OnnxRuntime"}  # Triton model -> compiler
-ENGINE_FILES = {"OpenVINO": "model.xml", "OnnxRuntime": "model.onnx"}
+BACKENDS = {"cls-openvino": "openvino", "cls-onnxruntime": "onnxruntime_onnx"}  # what serves each natively
 FAST_BENCHMARK = ["--warmup", "1", "--runs", "3"]
 CONCURRENT_CLIENTS, CONCURRENT_REQUESTS, SEQUENTIAL_REQUESTS = 16, 208, 100
 
 
-def model_config(name: str, digest: str, engine_file: str) -> str:
-    """The python-backend config the operator renders for the local node, checked against Triton's schema."""
-    text = f"""
-name: "{name}"
-backend: "python"
-max_batch_size: 32
-input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, {CLS.height}, {CLS.width} ] }} ]
-output [ {{ name: "{OUTPUT}" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-parameters {{ key: "engine" value: {{ string_value: "{digest}" }} }}
-parameters {{ key: "engine_file" value: {{ string_value: "{engine_file}" }} }}
-parameters {{ key: "intra_op_threads" value: {{ string_value: "1" }} }}
-"""
-    text_format.Parse(text, model_config_pb2.ModelConfig())
-    return text
+def model_config(name: str, registry: str, digest: str) -> str:
+    """The config.pbtxt the operator renders for the engine, on any cluster, for a spec with batches up to 32 and
+    the dynamic batcher set as the assertions expect it (the instance count is the compile's choice)."""
+    manifest = open_registry(registry).manifest(digest)
+    batcher = {"enabled": True, "preferredBatchSizes": [8, 16], "maxQueueDelayMicroseconds": 2000}
+    spec = {"source": {"uri": f"file://{CLS.path}"}, "shapes": CLS.shapes(batch_max=32),
+            "serving": {"dynamicBatching": batcher}}  # fmt: skip
+    return render(config_dict(name, manifest, normalised_spec({"spec": spec})["serving"]))
 
 
 def compile_engine(root: Path, compiler: str) -> str:
@@ -101,15 +97,17 @@ def compile_engine(root: Path, compiler: str) -> str:
 def server(tmp_path_factory):
     """Compile, fetch and serve both engines; yields (pod IP, {model: digest})."""
     root = tmp_path_factory.mktemp("triton")
-    digests = {}
+    digests, registry = {}, f"file://{root}/registry"
+    if triton_process.native_backends() is None:
+        pytest.fail("the serving image is not built, so its native backends are not here: make images")
     for model, compiler in ENGINES.items():
         digests[model] = compile_engine(root, compiler)
         config = root / "etc" / model / "config.pbtxt"
         config.parent.mkdir(parents=True)
-        config.write_text(model_config(model, digests[model], ENGINE_FILES[compiler]))
+        config.write_text(model_config(model, registry, digests[model]))
         subprocess.run(
-            [BIN / "tensorkiln-engine-fetch", "--registry", f"file://{root}/registry", "--digest", digests[model],
-             "--model-name", model, "--config", config, "--repository", root / "models", "--python-backend"],
+            [BIN / "tensorkiln-engine-fetch", "--registry", registry, "--digest", digests[model],
+             "--model-name", model, "--config", config, "--repository", root / "models"],
             check=True, capture_output=True,
         )  # fmt: skip
 
@@ -128,7 +126,7 @@ def server(tmp_path_factory):
         wait_ready(ip, process, log_path)
         yield ip, digests
     finally:
-        os.killpg(process.pid, signal.SIGTERM)  # the server and its python-backend stubs
+        os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:
@@ -164,10 +162,10 @@ def samples():
 
 @pytest.mark.parametrize("model", ENGINES)
 def test_engine_answers_like_the_original_onnx(server, samples, model):
-    ip, digests = server
+    ip, _ = server
     x, expected = samples
     config = InferenceServerClient(f"{ip}:8001").get_model_config(model).config
-    assert config.parameters["engine"].string_value == digests[model]
+    assert (config.platform or config.backend) == BACKENDS[model]  # a native backend, as on any cluster
     assert config.max_batch_size == 32 and list(config.dynamic_batching.preferred_batch_size) == [8, 16]
 
     for rows in (slice(0, 1), slice(1, 6), slice(0, 16)):
@@ -205,7 +203,7 @@ def test_dynamic_batcher_batches_concurrent_requests(server, samples, model):
         f"clients; {inferences:.0f} inferences in {executions:.0f} executions (mean batch {inferences / executions:.1f})"
     )
     assert inferences == CONCURRENT_REQUESTS
-    assert executions < inferences  # the dynamic batcher formed batches, and the runner ran each once
+    assert executions < inferences  # the dynamic batcher formed batches, and the backend ran each once
     assert after["nv_inference_request_success"] >= SEQUENTIAL_REQUESTS + CONCURRENT_REQUESTS
     assert after.get("nv_inference_request_failure", 0) == 0
 

@@ -73,18 +73,16 @@ def test_preferred_sizes_are_not_held_against_max_batch_size_while_the_sequence_
     assert refusals(spec) == []
 
 
-def test_the_compile_job_carries_it_and_native_implicit_state_compiles_cpu_with_onnxruntime_only():
+def test_the_compile_job_carries_it_and_implicit_state_compiles_cpu_with_onnxruntime_only():
     model = sample_model()
     model["spec"]["serving"] = {"maxBatchSize": 0, "sequenceBatching": {"state": STATE}}
     model["spec"]["compile"] = {"objective": {"metric": "LatencyP95"}}
     spec = normalised_spec(model)
     cpu = next(c for c in CLASSES.values() if c.kind == "CPU")
     native = build_compile_job(model, spec, cpu, Settings())["spec"]
-    local = build_compile_job(model, spec, cpu, Settings(serving_runtime="python-backend"))["spec"]
     assert native["sequenceBatching"] == spec["serving"]["sequenceBatching"]
     assert native["sequenceBatching"]["state"] == STATE and native["batched"] is False
     assert native["compilers"] == ["OnnxRuntime"]  # Triton's OpenVINO backend has no implicit state
-    assert local["compilers"] == ["OnnxRuntime", "OpenVINO"]  # the python-backend runner keeps state itself
     assert native["optionsHash"] != build_compile_job(sample_model(), normalised_spec(sample_model()), cpu,
                                                       Settings())["spec"]["optionsHash"]  # fmt: skip
     spec["serving"]["sequenceBatching"]["stateKeptBy"] = "Client"

@@ -183,14 +183,12 @@ def test_every_env_var_is_one_the_operator_reads(helm, values):
 def test_settings_come_from_values(helm):
     values = {
         "compilerImage": "registry.example.test/compiler:1.2.3",
-        "servingRuntime": "python-backend",
         "prometheusUrl": "http://prometheus.monitoring.svc:9090",
         "resyncSeconds": 30,
         "logFormat": "full",
     }
     variables = env(operator_container(render(values)))
     assert variables["TENSORKILN_COMPILER_IMAGE"] == "registry.example.test/compiler:1.2.3"
-    assert variables["TENSORKILN_SERVING_RUNTIME"] == "python-backend"
     assert variables["TENSORKILN_PROMETHEUS_URL"] == "http://prometheus.monitoring.svc:9090"
     assert variables["TENSORKILN_RESYNC_SECONDS"] == "30"
     assert variables["TENSORKILN_LOG_FORMAT"] == "full"
@@ -326,7 +324,8 @@ BAD_VALUES = {
     "bad namespace name": ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
     "latest image tag": ({"image": {"tag": "latest"}}, "/image/tag"),
     "unknown top-level key": ({"replicas": 2}, "replicas"),
-    "unknown serving runtime": ({"servingRuntime": "vllm"}, "/servingRuntime"),
+    # Removed (every engine is served natively): values written for an older chart are refused, naming it.
+    "removed servingRuntime": ({"servingRuntime": "python-backend"}, "servingRuntime"),
     "enabled as text": ({"webhook": {"enabled": "yes"}}, "/webhook/enabled"),
 }
 
@@ -583,10 +582,7 @@ def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_thr
     settings = env(container)
     assert settings["TENSORKILN_COMPILER_IMAGE"] == f"localhost:5000/tensorkiln/compiler@{digest}"
     assert settings["TENSORKILN_SERVING_IMAGE"] == f"localhost:5000/tensorkiln/serving@{digest}"
-    # Served as production serves: the chart's own runtime (native backends), so every config the local operator
-    # renders is the one it renders for NGC's image; compiled with the serving image's release's runtimes.
-    assert "servingRuntime" not in install.chart_values(pushed)
-    assert settings["TENSORKILN_SERVING_RUNTIME"] == env(operator_container(render({})))["TENSORKILN_SERVING_RUNTIME"]
+    # Compiled with the serving image's release's runtimes.
     assert settings["TENSORKILN_SERVING_TARGET"] == "24.10"
     assert settings["TENSORKILN_REGISTRY_URI"] == f"pvc://{install.CLAIM}/engines"
     assert settings["TENSORKILN_PROMETHEUS_URL"] == install.PROMETHEUS_SERVICE_URL

@@ -52,7 +52,7 @@ def test_a_spec_tritons_config_refuses_is_named(tmp_path):
     # Beyond Triton's uint32: the API refuses it (GAPS), so only a check the API lacks gets this far.
     spec["serving"]["dynamicBatching"]["queuePolicy"]["maxQueueSize"] = 2**32
     with pytest.raises(ParseError) as raised:
-        build_config_map(MODEL, spec, TARGET, make_engine(tmp_path).manifest, "python-backend")
+        build_config_map(MODEL, spec, TARGET, make_engine(tmp_path).manifest)
     why = refusal(raised.value)
     assert why.startswith("Triton's model config refuses spec.serving") and "maxQueueSize" in why
 

@@ -3,7 +3,7 @@
 import pytest
 from registry_fixtures import make_engine
 from tensorkiln.builders import serving
-from tensorkiln.builders.tritonconfig import NATIVE, PYTHON_BACKEND, UnservableScalar, config_dict, parse, render
+from tensorkiln.builders.tritonconfig import UnservableScalar, config_dict, parse, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
 from tensorkiln.settings import Settings
@@ -36,20 +36,20 @@ def manifest(tmp_path, compiler: str, kind: str):
     )
 
 
+# One renderer for every cluster: the local cluster's configs are these (its serving image has the native backends).
 CASES = {
-    "tensorrt-h100": ("TensorRT", "GPU", "nvidia-h100-80gb-hbm3", NATIVE),
-    "onnxruntime-cpu": ("OnnxRuntime", "CPU", "cpu-amd64-intel-amx", NATIVE),
-    "openvino-cpu": ("OpenVINO", "CPU", "cpu-amd64-intel-amx", NATIVE),
-    "openvino-cpu-local": ("OpenVINO", "CPU", "cpu-amd64-intel-amx", PYTHON_BACKEND),
+    "tensorrt-h100": ("TensorRT", "GPU", "nvidia-h100-80gb-hbm3"),
+    "onnxruntime-cpu": ("OnnxRuntime", "CPU", "cpu-amd64-intel-amx"),
+    "openvino-cpu": ("OpenVINO", "CPU", "cpu-amd64-intel-amx"),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_config_golden_and_valid_for_triton(tmp_path, golden, case):
-    compiler, kind, class_name, runtime = CASES[case]
+    compiler, kind, class_name = CASES[case]
     model = sample_model()
     spec = normalised_spec(model)
-    config_map = serving.build_config_map(model, spec, CLASSES[class_name], manifest(tmp_path, compiler, kind), runtime)
+    config_map = serving.build_config_map(model, spec, CLASSES[class_name], manifest(tmp_path, compiler, kind))
     text = config_map["data"]["config.pbtxt"]
     golden(f"triton-config-{case}.pbtxt", text)
     config = parse(text)  # Triton's ModelConfig protobuf: wrong field names fail here
@@ -58,19 +58,20 @@ def test_config_golden_and_valid_for_triton(tmp_path, golden, case):
     assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
 
 
-def test_native_platforms_and_the_local_python_backend(tmp_path):
+def test_native_platforms(tmp_path):
     serving_spec = normalised_spec(sample_model())["serving"]
 
-    def config(compiler, kind, runtime=NATIVE):
-        return parse(render(config_dict("m", manifest(tmp_path, compiler, kind), serving_spec, runtime)))
+    def config(compiler, kind):
+        return parse(render(config_dict("m", manifest(tmp_path, compiler, kind), serving_spec)))
 
     assert config("TensorRT", "GPU").platform == "tensorrt_plan"
     assert config("TensorRT", "GPU").instance_group[0].kind == 1  # KIND_GPU
     assert config("OnnxRuntime", "CPU").platform == "onnxruntime_onnx"
     assert config("OpenVINO", "CPU").backend == "openvino"
-    local = config("OpenVINO", "CPU", PYTHON_BACKEND)
-    assert local.backend == "python" and local.parameters["engine_file"].string_value == "model.xml"
-    assert not local.default_model_filename  # the Python backend loads model.py
+    assert config("OpenVINO", "CPU").default_model_filename == "model.xml"
+    simulation = config("SimulatedServiceTime", "GPU")
+    assert simulation.backend == "python" and simulation.parameters["engine_file"].string_value == "simulation.json"
+    assert not simulation.default_model_filename  # the Python backend loads model.py
 
 
 @pytest.mark.parametrize(
@@ -83,12 +84,12 @@ def test_native_platforms_and_the_local_python_backend(tmp_path):
         ("SimulatedServiceTime", "GPU", "python", True),
     ],
 )
-def test_a_native_runtime_serves_every_real_engine_natively_and_only_the_simulation_with_the_runner(
+def test_every_real_engine_is_served_natively_and_only_the_simulation_by_the_python_backend(
     tmp_path, compiler, kind, backend, runner
 ):
     model, target = sample_model(), CLASSES["nvidia-l4"] if kind == "GPU" else CLASSES["cpu-amd64-intel-amx"]
     spec = normalised_spec(model)
-    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind), NATIVE)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind))
     config = parse(config_map["data"]["config.pbtxt"])
     assert (config.platform or config.backend) == backend
     deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, Settings())
@@ -105,7 +106,7 @@ def serving_spec_with(**serving) -> dict:
 
 def test_batching_off_renders_no_dynamic_batcher(tmp_path):
     serving_spec = serving_spec_with(maxBatchSize=0)
-    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec, NATIVE)))
+    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec)))
     assert not config.HasField("dynamic_batching")
     assert list(config.input[0].dims) == [-1, 3, 48, 192]  # the batch dimension is the model's own
 
@@ -143,30 +144,38 @@ def unbatched_manifest(tmp_path, compiler: str = "OnnxRuntime"):
     )
 
 
-def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_as_one(tmp_path, golden):
+def rank1_sr(manifest):
+    """The stateful model exported with `sr` as [1] (a Reshape to [] inside the graph), as UnservableScalar asks."""
+    manifest = manifest.model_copy(deep=True)  # the fixture's manifest is shared
+    manifest.inputs[:] = [t.model_copy(update={"dims": [1]}) if t.name == "sr" else t for t in manifest.inputs]
+    if "sr" in manifest.profiles.get("inputs", {}):
+        manifest.profiles["inputs"]["sr"] = {"min": [1], "opt": [1], "max": [1]}
+    return manifest
+
+
+def test_unbatched_engine_config_golden_full_shapes_and_a_scalar_refused(tmp_path, golden):
     """Triton 2.51 refuses a scalar's empty reshape in a model with max_batch_size 0 ("cannot have empty reshape
     for non-batching model as scalar tensors are not supported": silero-vad's `sr` on local-0, make matrix),
-    so clients send it as [1] and the python-backend runner gives the engine its scalar."""
-    text = render(
-        config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), PYTHON_BACKEND)
-    )
+    and a native backend would give the model the [1] clients send: such a scalar is refused, and the model
+    exported with it as [1] is served at its full shapes."""
+    text = render(config_dict("stateful", rank1_sr(unbatched_manifest(tmp_path)), serving_spec_with(maxBatchSize=0)))
     golden("triton-config-onnxruntime-cpu-unbatched.pbtxt", text)
     config = parse(text)
     assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
     assert {t.name: list(t.dims) for t in config.input} == {"chunk": [-1, 16], "state": [2, -1, 8], "sr": [1]}
     assert not any(t.HasField("reshape") for t in config.input)
     assert {t.name: list(t.dims) for t in config.output} == {"out": [-1, 8], "stateN": [2, -1, 8]}
-    # A native backend would give the model [1] for its scalar: refused, naming the input and the way out.
+    # The scalar itself: refused, naming the input and the way out.
     with pytest.raises(
         UnservableScalar, match="'sr' is a scalar .*serving.maxBatchSize 0.*export the model with that input of shape"
     ):
-        config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0), NATIVE)
+        config_dict("stateful", unbatched_manifest(tmp_path), serving_spec_with(maxBatchSize=0))
 
 
 def test_an_unbatched_engine_is_served_unbatched_whatever_max_batch_size_says(tmp_path):
     # While a batched replacement compiles (keepPreviousEngine), the unbatched engine is still served.
     serving_spec = serving_spec_with(maxBatchSize=8)
-    config = parse(render(config_dict("stateful", unbatched_manifest(tmp_path), serving_spec, PYTHON_BACKEND)))
+    config = parse(render(config_dict("stateful", rank1_sr(unbatched_manifest(tmp_path)), serving_spec)))
     assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
     assert list(config.input[1].dims) == [2, -1, 8]
 
@@ -175,7 +184,7 @@ def test_a_batched_rank_1_tensor_is_reshaped_too(tmp_path):
     vector = manifest(tmp_path, "OnnxRuntime", "CPU").model_copy(
         update={"outputs": [TensorInfo(name="score", data_type="FP32", dims=[-1])]}
     )
-    config = parse(render(config_dict("m", vector, serving_spec_with(maxBatchSize=8), NATIVE)))
+    config = parse(render(config_dict("m", vector, serving_spec_with(maxBatchSize=8))))
     assert config.max_batch_size == 8  # [batch] is [batch, 1] to clients, [batch] to the model
     assert list(config.output[0].dims) == [1] and list(config.output[0].reshape.shape) == []
 
@@ -183,19 +192,19 @@ def test_a_batched_rank_1_tensor_is_reshaped_too(tmp_path):
 @pytest.mark.parametrize(("max_batch_size", "preferred"), [(1, [1]), (4, [4]), (12, [8, 12]), (64, [8, 16])])
 def test_preferred_batch_sizes_left_unset_fit_max_batch_size(tmp_path, max_batch_size, preferred):
     serving_spec = serving_spec_with(maxBatchSize=max_batch_size)
-    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec, NATIVE)))
+    config = parse(render(config_dict("m", manifest(tmp_path, "OnnxRuntime", "CPU"), serving_spec)))
     assert config.max_batch_size == max_batch_size
     assert list(config.dynamic_batching.preferred_batch_size) == preferred
 
 
-@pytest.mark.parametrize("case", ["tensorrt-h100", "openvino-cpu-local"])
+@pytest.mark.parametrize("case", ["tensorrt-h100", "openvino-cpu"])
 def test_deployment_services_and_pdb_golden(tmp_path, golden, case):
-    compiler, kind, class_name, runtime = CASES[case]
+    compiler, kind, class_name = CASES[case]
     model = sample_model()
     spec = normalised_spec(model)
     target = CLASSES[class_name]
-    settings = Settings(registry_uri="file:///var/lib/tensorkiln/registry", serving_runtime=runtime)
-    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind), runtime)
+    settings = Settings(registry_uri="file:///var/lib/tensorkiln/registry")
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind))
     deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 2, settings)
     golden(
         f"serving-{case}",
@@ -212,7 +221,7 @@ def test_deployment_never_drops_capacity_and_rolls_only_on_engine_or_config(tmp_
     model, target = sample_model(), CLASSES["nvidia-l4"]
     spec = normalised_spec(model)
     settings = Settings()
-    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"), NATIVE)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"))
     one = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, settings)
     assert one["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     pod = one["spec"]["template"]["spec"]
@@ -233,7 +242,7 @@ def test_hpa_mode_golden_and_the_deployment_leaves_replicas_to_it(tmp_path, gold
     hpa = serving.build_hpa(model, spec, target)
     golden("hpa-l4", hpa)
     assert hpa["spec"]["metrics"][0]["external"]["target"]["value"] == "25"
-    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"), NATIVE)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"))
     deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, None, Settings())
     assert "replicas" not in deployment["spec"]
     assert serving.build_hpa(sample_model(), normalised_spec(sample_model()), target) is None  # Operator mode

@@ -1,4 +1,5 @@
-"""tensorkiln-engine-fetch (the Triton pod's init container) and the python-backend runner it installs."""
+"""tensorkiln-engine-fetch (the Triton pod's init container) and the python-backend runner of the simulation it
+installs."""
 
 import hashlib
 import importlib.util
@@ -7,7 +8,6 @@ import sys
 import types
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
 from registry_fixtures import flip_byte, make_engine
@@ -17,19 +17,15 @@ from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
 from tensorkiln.serving import enginefetch
 from tritonclient.grpc import model_config_pb2
 
-from .compiler_support import conv_classifier, stateful_model
-
 OPENVINO_FILES = {"model.xml": b"<net/>" * 100, "model.bin": bytes(range(256)) * 16}
 OPENVINO_SETTINGS = {
     "device": "CPU",
     "config": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "2", "INFERENCE_PRECISION_HINT": "f32"},
     "inferencePrecision": "f32",
 }
-ORT_SETTINGS = {
-    "graphOptimizationLevel": "ORT_ENABLE_ALL",
-    "intraOpNumThreads": 2,
-    "providers": ["CPUExecutionProvider"],
-}
+# The SimulatedServiceTime SIMULATION: the one engine the python-backend runner serves.
+SIMULATION_FILES = {"simulation.json": b'{"serviceMilliseconds": 2}'}
+SIMULATION_SETTINGS = {"serviceMilliseconds": 2}
 PROFILES = {
     "batch": {"min": 1, "opt": 2, "max": 4},
     "inputs": {"x": {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}},
@@ -42,7 +38,6 @@ input [ { name: "x" data_type: TYPE_FP32 dims: [ 3, 8, 8 ] } ]
 output [ { name: "scores" data_type: TYPE_FP32 dims: [ 5 ] } ]
 dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 2000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
-parameters { key: "intra_op_threads" value: { string_value: "1" } }
 """
 
 
@@ -117,7 +112,7 @@ def test_lays_out_a_triton_model_repository(tmp_path, fetch, config):
 
 
 def test_python_backend_adds_the_runner_and_engine_json(tmp_path, fetch):
-    digest = publish(tmp_path, "OpenVINO", OPENVINO_FILES, OPENVINO_SETTINGS)
+    digest = publish(tmp_path, "SimulatedServiceTime", SIMULATION_FILES, SIMULATION_SETTINGS)
 
     code, message = fetch(digest, "--python-backend")
 
@@ -127,10 +122,10 @@ def test_python_backend_adds_the_runner_and_engine_json(tmp_path, fetch):
     assert json.loads((version_dir / "engine.json").read_text()) == {
         "digest": digest,
         "modelName": "tiny",
-        "compiler": "OpenVINO",
+        "compiler": "SimulatedServiceTime",
         "precision": "FP32",
-        "candidate": "openvino-fp32",
-        "settings": OPENVINO_SETTINGS,
+        "candidate": "simulatedservicetime-fp32",
+        "settings": SIMULATION_SETTINGS,
         "inputs": [{"name": "x", "dataType": "FP32", "dims": [-1, 3, 8, 8]}],
         "outputs": [{"name": "scores", "dataType": "FP32", "dims": [-1, 5]}],
         "maxBatchSize": 4,
@@ -181,7 +176,7 @@ def test_an_unknown_digest_exits_1(tmp_path, fetch):
     assert list((tmp_path / "models").iterdir()) == []
 
 
-# -- the python-backend runner, with a stand-in for Triton's triton_python_backend_utils ---------
+# -- the python-backend runner of the simulation, with a stand-in for Triton's triton_python_backend_utils ---------
 
 
 class Tensor:
@@ -204,6 +199,7 @@ def runner(monkeypatch):
     utils = types.SimpleNamespace(
         Tensor=Tensor, InferenceResponse=Response, TritonError=str,
         get_input_tensor_by_name=lambda request, name: request[name],
+        triton_string_to_numpy=lambda t: {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64}[t],
     )  # fmt: skip
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
     spec = importlib.util.spec_from_file_location("tensorkiln_runner", enginefetch.RUNNER)
@@ -225,82 +221,44 @@ def load(runner, tmp_path, **config):
     return model
 
 
-def test_runner_runs_a_dynamic_batch_once_and_splits_it(tmp_path, fetch, runner):
-    onnx_path = conv_classifier(tmp_path / "tiny.onnx")
-    digest = publish(tmp_path, "OnnxRuntime", {"model.onnx": onnx_path.read_bytes()}, ORT_SETTINGS)
+def counting_sleeps(runner, monkeypatch) -> list[float]:
+    slept = []
+    monkeypatch.setattr(runner.time, "sleep", slept.append)
+    return slept
+
+
+def test_the_simulation_sleeps_once_per_dynamic_batch_and_answers_zeros_of_each_request_s_size(
+    tmp_path, fetch, runner, monkeypatch
+):
+    digest = publish(tmp_path, "SimulatedServiceTime", SIMULATION_FILES, SIMULATION_SETTINGS)
     assert fetch(digest, "--python-backend")[0] == 0
-    model = load(
-        runner, tmp_path, parameters={"engine": {"string_value": digest}, "engine_file": {"string_value": "model.onnx"}}
-    )
-    runs = []
-    engine_run = model.run
-    model.run = lambda feeds: runs.append(len(feeds["x"])) or engine_run(feeds)
-    batches = [np.random.default_rng(i).standard_normal((n, 3, 8, 8)).astype(np.float32) for i, n in enumerate([1, 3])]
+    model = load(runner, tmp_path, parameters={"engine": {"string_value": digest}})
+    slept = counting_sleeps(runner, monkeypatch)
+    batches = [np.ones((n, 3, 8, 8), np.float32) for n in (1, 3)]
 
     responses = model.execute([{"x": Tensor("x", batch)} for batch in batches])
 
-    assert runs == [4]
-    reference = ort.InferenceSession(str(onnx_path))
-    for batch, response in zip(batches, responses):
-        assert response.error is None
-        np.testing.assert_allclose(response.outputs["scores"], reference.run(None, {"x": batch})[0], atol=1e-5)
+    assert slept == [0.002]  # one execution for the batch Triton formed, whatever its size
+    assert [r.outputs["scores"].shape for r in responses] == [(1, 5), (3, 5)]
+    assert all(not r.outputs["scores"].any() and r.error is None for r in responses)
 
 
-def test_runner_answers_every_request_of_a_failed_batch_with_the_error(tmp_path, fetch, runner):
-    onnx_path = conv_classifier(tmp_path / "tiny.onnx")
-    digest = publish(tmp_path, "OnnxRuntime", {"model.onnx": onnx_path.read_bytes()}, ORT_SETTINGS)
-    assert fetch(digest, "--python-backend")[0] == 0
-    model = load(runner, tmp_path)
-
-    wrong = np.zeros((1, 3, 4, 4), np.float32)
-    responses = model.execute([{"x": Tensor("x", wrong)}, {"x": Tensor("x", wrong)}])
-
-    assert len(responses) == 2 and all("INVALID_ARGUMENT" in response.error for response in responses)
-
-
-def publish_unbatched(tmp_path) -> tuple[str, object]:
-    """The stateful model (chunk[batch,16], state[2,batch,8], scalar sr) as an unbatched onnxruntime engine."""
-    onnx_path = stateful_model(tmp_path / "stateful.onnx")
+def test_the_simulation_unbatched_takes_each_request_alone_at_full_shapes(tmp_path, fetch, runner, monkeypatch):
     digest = publish(
-        tmp_path, "OnnxRuntime", {"model.onnx": onnx_path.read_bytes()}, ORT_SETTINGS,
-        inputs=[TensorInfo(name="chunk", data_type="FP32", dims=[-1, 16]),
-                TensorInfo(name="state", data_type="FP32", dims=[2, -1, 8]),
-                TensorInfo(name="sr", data_type="INT64", dims=[])],
-        outputs=[TensorInfo(name="out", data_type="FP32", dims=[-1, 8]),
-                 TensorInfo(name="stateN", data_type="FP32", dims=[2, -1, 8])],
+        tmp_path, "SimulatedServiceTime", SIMULATION_FILES, SIMULATION_SETTINGS,
+        inputs=[TensorInfo(name="chunk", data_type="FP32", dims=[1, 16])],
+        outputs=[TensorInfo(name="out", data_type="FP32", dims=[1, 8])],
         profiles={"batched": False, "dynamicDims": [], "inputs": {}},
     )  # fmt: skip
-    return digest, onnx_path
-
-
-def test_runner_runs_each_request_alone_at_full_shapes_when_unbatched(tmp_path, fetch, runner):
-    digest, onnx_path = publish_unbatched(tmp_path)
     assert fetch(digest, "--python-backend")[0] == 0
     engine_json = json.loads((tmp_path / "models" / "tiny" / "1" / "engine.json").read_text())
     assert engine_json["maxBatchSize"] is None  # no batch axis, so no batch limit
     model = load(runner, tmp_path, max_batch_size=0)
-    runs = []
-    engine_run = model.run
-    model.run = lambda feeds: runs.append(feeds["chunk"].shape) or engine_run(feeds)
-    rng = np.random.default_rng(0)
-    requests = [
-        {
-            "chunk": rng.standard_normal((n, 16)).astype(np.float32),
-            "state": rng.standard_normal((2, n, 8)).astype(np.float32),
-            "sr": np.array([sr], np.int64),  # as [1]: Triton refuses a scalar's reshape with max_batch_size 0
-        }
-        for n, sr in ((1, 8), (3, 16))
-    ]
+    slept = counting_sleeps(runner, monkeypatch)
 
-    responses = model.execute([{name: Tensor(name, array) for name, array in feeds.items()} for feeds in requests])
+    responses = model.execute([{"chunk": Tensor("chunk", np.ones((1, 16), np.float32))} for _ in range(2)])
 
-    assert runs == [(1, 16), (3, 16)]  # one run per request: nothing to concatenate along
-    reference = ort.InferenceSession(str(onnx_path))
-    for feeds, response in zip(requests, responses):
-        assert response.error is None
-        out, state = reference.run(None, feeds)
-        np.testing.assert_allclose(response.outputs["out"], out, atol=1e-5)
-        np.testing.assert_allclose(response.outputs["stateN"], state, atol=1e-5)
+    assert len(slept) == 2 and [r.outputs["out"].shape for r in responses] == [(1, 8), (1, 8)]
     with pytest.raises(ValueError, match=r"takes full shapes \(compiled unbatched\): max_batch_size must be 0"):
         load(runner, tmp_path, max_batch_size=4)
 
@@ -308,13 +266,16 @@ def test_runner_runs_each_request_alone_at_full_shapes_when_unbatched(tmp_path, 
 @pytest.mark.parametrize(
     ("compiler", "model_config", "refusal"),
     [
-        ("TensorRT", {}, 'platform: "tensorrt_plan"'),
-        ("OpenVINO", {"parameters": {"engine": {"string_value": "f" * 64}}}, f"config.pbtxt is for engine {'f' * 64}"),
-        ("OpenVINO", {"max_batch_size": 8}, "max_batch_size 8 exceeds the engine's profile maximum batch of 4"),
+        ("OpenVINO", {}, "serves only the SimulatedServiceTime simulation. Triton's native backends serve OpenVINO"),
+        ("TensorRT", {}, "Triton's native backends serve TensorRT engines"),
+        ("SimulatedServiceTime", {"parameters": {"engine": {"string_value": "f" * 64}}},
+         f"config.pbtxt is for engine {'f' * 64}"),
+        ("SimulatedServiceTime", {"max_batch_size": 8}, "max_batch_size 8 exceeds the engine's profile maximum batch of 4"),
     ],
-)
+)  # fmt: skip
 def test_runner_refuses_what_it_cannot_serve_as_configured(tmp_path, fetch, runner, compiler, model_config, refusal):
-    assert fetch(publish(tmp_path, compiler, {"model.plan": b"plan", **OPENVINO_FILES}, {}), "--python-backend")[0] == 0
+    files = {"model.plan": b"plan", **OPENVINO_FILES, **SIMULATION_FILES}
+    assert fetch(publish(tmp_path, compiler, files, SIMULATION_SETTINGS), "--python-backend")[0] == 0
     with pytest.raises(ValueError) as refused:
         load(runner, tmp_path, **model_config)
     assert refusal in str(refused.value)

@@ -5,7 +5,6 @@ import copy
 
 import pytest
 from tensorkiln.builders import serving
-from tensorkiln.builders.tritonconfig import NATIVE
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.owned import NameConflict, with_hash
 from tensorkiln.controllers.plan import Plan, plan
@@ -19,7 +18,7 @@ TARGET = CLASSES["nvidia-l4"]
 
 def wanted(tmp_path, model, replicas=3):
     spec = normalised_spec(model)
-    config_map = serving.build_config_map(model, spec, TARGET, manifest(tmp_path, "TensorRT", "GPU"), NATIVE)
+    config_map = serving.build_config_map(model, spec, TARGET, manifest(tmp_path, "TensorRT", "GPU"))
     slo = spec.get("slo")
     return [
         obj

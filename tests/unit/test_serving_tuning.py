@@ -12,8 +12,6 @@ from tensorkiln.api.inferencemodel import TargetServingStatus
 from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.tritonconfig import (
-    NATIVE,
-    PYTHON_BACKEND,
     batcher,
     config_dict,
     parse,
@@ -90,8 +88,8 @@ def tuned_manifest(tmp_path, setting=TUNED, kind="CPU", compiler="OnnxRuntime", 
     return base.model_copy(update={"serving_tuning": tuning(setting, **extra)})
 
 
-def rendered(manifest: EngineManifest, runtime: str = NATIVE, **serving):
-    return parse(render(config_dict("m", manifest, serving_spec_with(**serving), runtime)))
+def rendered(manifest: EngineManifest, **serving):
+    return parse(render(config_dict("m", manifest, serving_spec_with(**serving))))
 
 
 # --- the manifest ------------------------------------------------------------------------------------------
@@ -126,9 +124,8 @@ def test_an_engine_without_a_choice_gets_the_fixed_defaults(tmp_path):
     assert config.instance_group[0].count == 1
 
 
-@pytest.mark.parametrize("runtime", [NATIVE, PYTHON_BACKEND])
-def test_the_compiles_choice_fills_every_field_the_spec_leaves_unset(tmp_path, runtime):
-    config = rendered(tuned_manifest(tmp_path), runtime)
+def test_the_compiles_choice_fills_every_field_the_spec_leaves_unset(tmp_path):
+    config = rendered(tuned_manifest(tmp_path))
     assert list(config.dynamic_batching.preferred_batch_size) == [16]
     assert config.dynamic_batching.max_queue_delay_microseconds == 100
     assert config.instance_group[0].count == 2  # a CPU class: per pod
@@ -261,7 +258,7 @@ def test_batcher_without_a_manifest_is_the_fixed_defaults():
 
 def served(manifest: EngineManifest, **serving) -> dict:
     spec = serving_spec_with(**serving)
-    chosen = served_settings(config_dict("m", manifest, spec, NATIVE), batcher(spec, manifest, gpu=False), manifest)
+    chosen = served_settings(config_dict("m", manifest, spec), batcher(spec, manifest, gpu=False), manifest)
     if manifest.serving_tuning is not None and "compile" in chosen["chosenBy"]:
         assert chosen.pop("reason") == manifest.serving_tuning.reason
     else:

@@ -40,7 +40,7 @@ def as_stored(obj):
 
 def deployment(tmp_path: Path, registry_uri: str = "file:///r") -> dict:
     spec = normalised_spec(MODEL)
-    config_map = serving.build_config_map(MODEL, spec, CPU, make_engine(tmp_path).manifest, "python-backend")
+    config_map = serving.build_config_map(MODEL, spec, CPU, make_engine(tmp_path).manifest)
     return serving.build_deployment(MODEL, spec, CPU, "ab" * 32, config_map, 1, Settings(registry_uri=registry_uri))
 
 

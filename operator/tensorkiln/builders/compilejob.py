@@ -21,15 +21,15 @@ def compile_job_name(model_name: str, hardware_class: str) -> str:
     return target_name(model_name, hardware_class)
 
 
-def compilers_for(spec: dict, kind: str, runtime: str = "native") -> list[str]:
-    """The spec's compilers for the kind. Natively served with implicit state (sequenceBatching, state kept by
+def compilers_for(spec: dict, kind: str) -> list[str]:
+    """The spec's compilers for the kind. Served with implicit state (sequenceBatching, state kept by
     Triton), a CPU class compiles with OnnxRuntime only: Triton's OpenVINO backend has no implicit state
     (implicit_state_management.md: onnxruntime, TensorRT and PyTorch backends only)."""
     compilers = spec["compile"]["compilers"]
     if kind == "GPU":
         return [compilers["gpu"]]
     sequence = spec["serving"].get("sequenceBatching")
-    if runtime == "native" and sequence and sequence["stateKeptBy"] == "Triton":
+    if sequence and sequence["stateKeptBy"] == "Triton":
         return ["OnnxRuntime"]
     return list(compilers["cpu"])
 
@@ -85,7 +85,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "modelName": model["metadata"]["name"],
         "source": spec["source"],
         "hardware": hardware,
-        "compilers": compilers_for(spec, target.kind, settings.serving_runtime),
+        "compilers": compilers_for(spec, target.kind),
         "shapes": spec["shapes"],
         "accuracy": compile_options["accuracy"],
         "objective": compile_options["objective"],

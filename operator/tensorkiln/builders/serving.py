@@ -56,8 +56,8 @@ def triton_model_name(model: dict) -> str:
     return model["metadata"]["name"]
 
 
-def build_config_map(model: dict, spec: dict, target: HardwareClass, manifest: EngineManifest, runtime: str) -> dict:
-    return config_map_of(model, target, config_dict(triton_model_name(model), manifest, spec["serving"], runtime))
+def build_config_map(model: dict, spec: dict, target: HardwareClass, manifest: EngineManifest) -> dict:
+    return config_map_of(model, target, config_dict(triton_model_name(model), manifest, spec["serving"]))
 
 
 def config_map_of(model: dict, target: HardwareClass, config: dict) -> dict:
@@ -98,7 +98,7 @@ def build_deployment(
         "--repository", MODEL_REPOSITORY,
         "--termination-log", "/dev/termination-log",
     ]  # fmt: skip
-    if parse(config_map["data"]["config.pbtxt"]).backend == "python":  # the simulation (tritonconfig.served_by)
+    if parse(config_map["data"]["config.pbtxt"]).backend == "python":  # the simulation (tritonconfig.PYTHON_SERVED)
         fetch_args.append("--python-backend")
     engine_fetch = {
         "name": "engine-fetch",

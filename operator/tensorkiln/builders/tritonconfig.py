@@ -3,14 +3,11 @@
 Built as a dict, parsed into Triton's own ModelConfig protobuf (so a wrong field name or enum
 fails here, not in a server) and printed in protobuf text format.
 
-Two runtimes:
-- native: Triton's own backends, `tensorrt_plan`, `onnxruntime_onnx` or `openvino` by the engine's
-  compiler: NGC's tritonserver image, and the serving image (serving/Dockerfile), which the local
-  cluster runs.
-- python-backend: a Python model (tensorkiln.serving.python_backend) that runs the engine file with
-  onnxruntime or OpenVINO in the stub's Python, for a Triton without native backends (the bare
-  nvidia-pytriton wheel the host-process tests start). A SimulatedServiceTime engine, the simulation
-  that stands in for a GPU, has no native backend: it is always served so (`served_by`).
+One renderer, production's: Triton's native backends, `tensorrt_plan`, `onnxruntime_onnx` or `openvino`
+by the engine's compiler, as NGC's tritonserver image and TensorKiln's serving image (serving/Dockerfile,
+which the local cluster runs) both have them. The python backend serves one engine only, the one no
+native backend can: a SimulatedServiceTime engine, the SIMULATION that stands in for a GPU on the local
+cluster (tensorkiln.serving.python_backend sleeps its service time per batch; `PYTHON_SERVED`).
 
 Batching (model_configuration.md, Maximum Batch Size): max_batch_size > 0 only when both the spec
 and the engine are batched, i.e. axis 0 of every tensor is the batch; dims then leave it out.
@@ -21,12 +18,9 @@ Sequence batching (serving.sequenceBatching; model_configuration.md, Sequence Ba
 implicit_state_management.md): it replaces the dynamic batcher (ModelConfig's scheduling_choice is a
 oneof). The control inputs the spec names are filled by Triton, so `input` leaves them out; with
 implicit state (state kept by Triton) so it does the state inputs and outputs: clients neither send
-nor get them. Natively, `sequence_batching.state` holds each pair, starting from zeros with every
-variable dimension 1 (what Triton itself uses for a variable dimension of a starting request). The
-Python backend has no implicit state (only the onnxruntime, TensorRT and PyTorch backends do), so for
-the python-backend runtime the pairs go in the `sequence_state` parameter and the runner keeps each
-sequence's state itself, keyed by correlation id: the config then has START, END, READY and CORRID
-control inputs, the spec's own names where it gives them, else the runner's (RUNNER_CONTROLS).
+nor get them. `sequence_batching.state` holds each pair, starting from zeros with every variable
+dimension 1 (what Triton itself uses for a variable dimension of a starting request); only the onnxruntime
+and TensorRT backends keep implicit state (compilejob.compilers_for).
 
 Batcher and instances (`batcher`): each field spec.serving sets; the others as the compile chose them for
 the engine on its node (manifest.servingTuning: tensorkiln_compiler.batching, a model of the dynamic batcher
@@ -38,18 +32,15 @@ per GPU on a GPU class (spec.serving.instancesPerGPU), per pod on a CPU class (t
 
 Runtime settings: the engine is served with the runtime settings its compile measured, those of the
 selected candidate (the compiler's tuning stage may have picked a settings variant):
-- native OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
+- OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
   NUM_STREAMS, INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT; the openvino backend's README), and,
   batched, ENABLE_BATCH_PADDING: the backend (r24.10) answers a batch smaller than max_batch_size with
   an error unless it pads it to max_batch_size, which costs a full batch's compute per execution;
-- native onnxruntime: `intra_op_thread_count` from intraOpNumThreads, and the graph optimisation level
+- onnxruntime: `intra_op_thread_count` from intraOpNumThreads, and the graph optimisation level
   as `optimization { graph { level } }` (the onnxruntime backend's README: -1 basic, 1 extended, 0, the
-  default, all; "default", the baseline's, sets none);
-- python-backend: the runner reads the settings from engine.json; the `intra_op_threads` parameter (which
-  it applies to either runtime) is the thread count measured.
+  default, all; "default", the baseline's, sets none).
 """
 
-import json
 from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
@@ -61,15 +52,14 @@ from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.tritonschema import model_config_pb2
 from tensorkiln.registry.manifest import EngineManifest
 
-NATIVE = "native"
-PYTHON_BACKEND = "python-backend"
-
 ENGINE_FILES = {
     "TensorRT": "model.plan",
     "OnnxRuntime": "model.onnx",
     "OpenVINO": "model.xml",
-    "SimulatedServiceTime": "simulation.json",  # a simulation: the python-backend runner sleeps
+    "SimulatedServiceTime": "simulation.json",  # a SIMULATION: the python backend's runner sleeps
 }
+# The engines no native backend serves: the python backend runs them (tensorkiln.serving.python_backend).
+PYTHON_SERVED = {"SimulatedServiceTime"}
 NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"platform": "onnxruntime_onnx"},
                     "OpenVINO": {"backend": "openvino"}}  # fmt: skip
 
@@ -80,13 +70,6 @@ CONTROL_KINDS = {
     "end": "CONTROL_SEQUENCE_END",
     "ready": "CONTROL_SEQUENCE_READY",
     "correlationId": "CONTROL_SEQUENCE_CORRID",
-}
-# The python-backend runner's control inputs where the spec names none: no graph input has these names.
-RUNNER_CONTROLS = {
-    "start": "TENSORKILN_SEQUENCE_START",
-    "end": "TENSORKILN_SEQUENCE_END",
-    "ready": "TENSORKILN_SEQUENCE_READY",
-    "correlationId": "TENSORKILN_SEQUENCE_CORRID",
 }
 _FALSE_TRUE = {"FP32": ("fp32FalseTrue", [0, 1]), "INT32": ("int32FalseTrue", [0, 1]),
                "BOOL": ("boolFalseTrue", [False, True])}  # fmt: skip
@@ -101,7 +84,6 @@ def _tensors(
     manifest: EngineManifest,
     tensors,
     batched: bool,
-    runtime: str | None = None,
     hidden: set[str] = frozenset(),
     sequence: bool = False,
 ) -> list[dict]:
@@ -109,8 +91,7 @@ def _tensors(
     `hidden`: tensors Triton fills or keeps (sequence controls, implicit state), left out. A model that
     is not `batched` (max_batch_size 0) or has the `sequence` batcher gets no empty reshape for a scalar:
     Triton refuses it there ("scalar tensors are not supported for non-batching model", "... for
-    stateful"), so the python-backend runner takes it as [1] and gives the engine its scalar; a native
-    backend would feed [1] to the model, so it refuses."""
+    stateful"), and a native backend would feed the [1] clients send to the model, so it refuses."""
     reshaped = batched and not sequence
     profiles = manifest.profiles.get("inputs", {})
     rendered = []
@@ -125,7 +106,7 @@ def _tensors(
         if batched:
             dims = dims[1:]
         config = {"name": tensor.name, "dataType": f"TYPE_{tensor.data_type}", "dims": dims}
-        if not dims and not reshaped and runtime == NATIVE:
+        if not dims and not reshaped:
             raise UnservableScalar(
                 f"{tensor.name!r} is a scalar (rank 0): Triton refuses scalars in a model it does not batch "
                 "(serving.maxBatchSize 0, or the sequence batcher) and its native backends would give the model [1]; "
@@ -256,10 +237,9 @@ def _control(kind: str, name: str, data_type: str) -> dict:
     return {"name": name, "control": [control]}
 
 
-def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, runtime: str) -> dict | None:
-    """{"config": the sequenceBatching message, "hidden": tensors left out of input and output,
-    "state": the runner's state pairs (python-backend, implicit state)}; None when the spec has no
-    sequence batcher, or the engine lacks a tensor it names (an engine compiled for another spec)."""
+def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool) -> dict | None:
+    """{"config": the sequenceBatching message, "hidden": tensors left out of input and output}; None when the
+    spec has no sequence batcher, or the engine lacks a tensor it names (an engine compiled for another spec)."""
     spec = serving.get("sequenceBatching")
     if not spec:
         return None
@@ -271,14 +251,7 @@ def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, ru
     ):
         return None
     implicit = spec["stateKeptBy"] == "Triton"
-    runner_keeps_state = implicit and runtime == PYTHON_BACKEND
     controls = [_control(CONTROL_KINDS[field], name, inputs[name].data_type) for field, name in named.items()]
-    if runner_keeps_state:  # the runner needs every control; those the spec leaves unnamed get the runner's names
-        controls += [
-            _control(CONTROL_KINDS[field], name, "UINT64" if field == "correlationId" else "INT32")
-            for field, name in RUNNER_CONTROLS.items()
-            if field not in named
-        ]
     strategy = {"maxQueueDelayMicroseconds": spec["maxQueueDelayMicroseconds"]}
     config = {"maxSequenceIdleMicroseconds": spec["maxSequenceIdleMicroseconds"], "controlInput": controls}
     if spec["strategy"] == "Oldest":
@@ -287,8 +260,8 @@ def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, ru
     else:
         config["direct"] = strategy
     hidden = set(named.values())
-    pairs = []
     if implicit:
+        pairs = []
         dims = {t["name"]: t["dims"] for t in _tensors(manifest, [inputs[p["input"]] for p in spec["state"]], batched)}
         for pair in spec["state"]:
             data_type = inputs[pair["input"]].data_type
@@ -298,9 +271,8 @@ def sequence_batching(manifest: EngineManifest, serving: dict, batched: bool, ru
                           "initialState": [{"dataType": f"TYPE_{data_type}", "dims": initial, "zeroData": True,
                                             "name": f"{pair['input']}-zeros"}]})  # fmt: skip
             hidden |= {pair["input"], pair["output"]}
-        if not runner_keeps_state:
-            config["state"] = pairs
-    return {"config": config, "hidden": hidden, "state": pairs if runner_keeps_state else []}
+        config["state"] = pairs
+    return {"config": config, "hidden": hidden}
 
 
 def _parameters(values: dict[str, str]) -> dict:
@@ -324,11 +296,6 @@ def measured_threads(settings: dict) -> int | None:
     return int(threads) if threads is not None else None
 
 
-def runner_threads(manifest: EngineManifest) -> int:
-    """The python-backend runner's threads per instance: those the compile measured the selected engine with, else 1."""
-    return measured_threads(selected_settings(manifest)) or 1
-
-
 def _onnxruntime_native(settings: dict) -> dict:
     """The native onnxruntime backend's share of the config for these settings (module docstring)."""
     config = {}
@@ -341,34 +308,24 @@ def _onnxruntime_native(settings: dict) -> dict:
     return config
 
 
-def served_by(manifest: EngineManifest, runtime: str) -> str:
-    """The runtime that serves the engine: `runtime`, except for the one engine no native backend serves, a
-    SimulatedServiceTime SIMULATION (it stands in for a GPU), which the python-backend runner serves by sleeping."""
-    return runtime if manifest.compiler in NATIVE_PLATFORMS else PYTHON_BACKEND
-
-
-def config_dict(name: str, manifest: EngineManifest, serving: dict, runtime: str) -> dict:
-    """The ModelConfig as a protobuf-JSON dict. `serving` is the InferenceModel's spec.serving."""
-    runtime = served_by(manifest, runtime)
+def config_dict(name: str, manifest: EngineManifest, serving: dict) -> dict:
+    """The ModelConfig as a protobuf-JSON dict, the same for every cluster. `serving` is the InferenceModel's
+    spec.serving."""
     batched = manifest.batched and serving["maxBatchSize"] > 0
     gpu = manifest.hardware_kind == "GPU"
-    sequence = sequence_batching(manifest, serving, batched, runtime)
+    sequence = sequence_batching(manifest, serving, batched)
     hidden = sequence["hidden"] if sequence else set()
     settings = batcher(serving, manifest, gpu)
     config = {
         "name": name,
         "maxBatchSize": serving["maxBatchSize"] if batched else 0,
-        "input": _tensors(manifest, manifest.inputs, batched, runtime, hidden, sequence=bool(sequence)),
-        "output": _tensors(manifest, manifest.outputs, batched, runtime, hidden, sequence=bool(sequence)),
+        "input": _tensors(manifest, manifest.inputs, batched, hidden, sequence=bool(sequence)),
+        "output": _tensors(manifest, manifest.outputs, batched, hidden, sequence=bool(sequence)),
         "instanceGroup": [{"kind": "KIND_GPU" if gpu else "KIND_CPU", "count": settings.instances}],
     }
-    if runtime == PYTHON_BACKEND:
+    if manifest.compiler in PYTHON_SERVED:
         # The Python backend's model file is model.py; the runner finds the engine by parameter.
-        config["backend"] = "python"
-        parameters = {"engine_file": ENGINE_FILES[manifest.compiler], "intra_op_threads": runner_threads(manifest)}
-        if sequence and sequence["state"]:
-            parameters["sequence_state"] = json.dumps(sequence["state"], separators=(",", ":"))
-        config["parameters"] = _parameters(parameters)
+        config |= {"backend": "python", "parameters": _parameters({"engine_file": ENGINE_FILES[manifest.compiler]})}
     else:
         config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":

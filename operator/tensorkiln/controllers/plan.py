@@ -114,7 +114,7 @@ def _serving_objects(
     """The target's serving objects, and its status.serving: what their model config sets, rendered once."""
     model, spec, target, manifest = observed.model, observed.spec, found.target, found.manifest
     name = serving.triton_model_name(model)
-    config = tritonconfig.config_dict(name, manifest, spec["serving"], settings.serving_runtime)
+    config = tritonconfig.config_dict(name, manifest, spec["serving"])
     config_map = serving.config_map_of(model, target, config)
     # Under an SLO the Deployment leaves replicas out: the scaler sets them through the scale
     # subresource (HPA mode: the HorizontalPodAutoscaler does), so template changes never touch them.

@@ -2,7 +2,7 @@
 
 `enginefetch`: the Triton pod's init container (`tensorkiln-engine-fetch`), which fetches and
 verifies an engine from the registry and lays out Triton's model repository.
-`python_backend/model.py`: the Triton Python-backend model that serves OpenVINO and onnxruntime
-engines where Triton has only the python backend (the local node's nvidia-pytriton server).
+`python_backend/model.py`: the Triton Python-backend model of the one engine no native backend
+serves, the SimulatedServiceTime SIMULATION that stands in for a GPU on the local cluster.
 `client`: finding a model's ready Triton pods, and gRPC inference against them.
 """

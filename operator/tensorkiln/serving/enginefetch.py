@@ -11,6 +11,9 @@ It fetches the engine from the registry, which verifies every artifact's SHA-256
     REPOSITORY/NAME/1/model.py       --python-backend: the runner (python_backend/model.py)
     REPOSITORY/NAME/1/engine.json    --python-backend: the manifest fields the runner reads
 
+--python-backend is for the one engine no native backend serves, the SimulatedServiceTime
+SIMULATION of the local cluster (the operator passes it when the config names the python backend).
+
 Everything is staged in REPOSITORY/.NAME.*.partial and renamed into place, so the repository
 never holds half a model; running again (a restarted pod) replaces the model the same way.
 Exit 0 when the model is in place, 1 when it is not (the termination message says why: an
@@ -88,7 +91,8 @@ def lay_out(
 
 
 def engine_json(digest: str, manifest: EngineManifest) -> dict:
-    """What the python-backend runner needs: tensors, batch limit and the selected candidate's settings."""
+    """What the python-backend runner needs: tensors, batch limit and the selected candidate's settings (the
+    simulation's service time)."""
     fields = manifest.to_json_dict()
     winner = fields["selection"]["winner"]
     selected = next((c for c in fields["candidates"] if c["id"] == winner), {})
@@ -129,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, type=Path, help="the config.pbtxt to install with the engine")
     parser.add_argument("--repository", required=True, type=Path, help="Triton's model repository (/models)")
     parser.add_argument(
-        "--python-backend", action="store_true", help="add the python-backend runner and engine.json (local node)"
+        "--python-backend", action="store_true", help="add the python-backend runner and engine.json (the simulation)"
     )
     parser.add_argument(
         "--termination-log",
