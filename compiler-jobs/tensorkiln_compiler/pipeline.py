@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tensorkiln.api import CompileJobSpec, Compiler, Precision
 from tensorkiln.api.serving_targets import SERVING_TARGETS, mismatch
-from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning
+from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning, TensorInfo
 
 from . import __version__, report, serving_tuning
 from .accuracy import compare
@@ -132,7 +132,7 @@ def run(
         runtime_versions=node["runtimes"],
         precision=winner.precision.value,
         inputs=[t.info() for t in model.inputs],
-        outputs=[t.info() for t in model.outputs],
+        outputs=engine_outputs([t.info() for t in model.outputs], winner.output_dims),
         profiles=_profiles(spec, model),
         calibration=ctx.dataset.manifest(),
         preprocessing_steps=ctx.steps,
@@ -146,6 +146,13 @@ def run(
     digest, uri = registry.publish(manifest, files_dir)
     log.info("published %s as %s (%s)", selection.winner, digest, uri)
     return Outcome(report.success(digest, uri, manifest), manifest)
+
+
+def engine_outputs(outputs: list[TensorInfo], engine_dims: dict[str, list[int]] | None) -> list[TensorInfo]:
+    """The ONNX graph's outputs with the shapes the engine itself gives them, where it records them (pure)."""
+    if not engine_dims:
+        return outputs
+    return [o.model_copy(update={"dims": engine_dims.get(o.name, o.dims)}) for o in outputs]
 
 
 def _serving_tuning(ctx: BuildContext, winner: Build, record: Candidate, plan: BenchmarkPlan) -> ServingTuning | None:

@@ -163,9 +163,13 @@ def openvino(pins: dict, downloads: Path, arch: str, build_dir: Path) -> None:
     # rebuilds unless the file exists).
     for alias in ("libopenvino.so", "openvino.so"):
         (lib / alias).symlink_to(real.name)
-    # Only the CPU plugin is shipped, so only it is listed (what the backend's own build writes).
+    # Only the CPU plugin is shipped, so only it is listed (what the backend's own build writes). Its
+    # default precision is f32: the backend passes no INFERENCE_PRECISION_HINT (it reads HINT_BF16=YES
+    # only), and the CPU plugin's own default is bf16 on AVX512-BF16 and AMX CPUs, which would serve an
+    # FP32 engine in bf16. A model's HINT_BF16 still overrides it (compile_model's properties win).
     (lib / "plugins.xml").write_text(
-        '<ie><plugins><plugin name="CPU" location="libopenvino_intel_cpu_plugin.so"></plugin></plugins></ie>\n'
+        '<ie><plugins><plugin name="CPU" location="libopenvino_intel_cpu_plugin.so"><properties>'
+        '<property key="INFERENCE_PRECISION_HINT" value="f32"/></properties></plugin></plugins></ie>\n'
     )
 
 

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from tensorkiln.api import CompileJobSpec, Compiler, Objective, Precision
-from tensorkiln.builders.tritonconfig import config_dict, parse, render
+from tensorkiln.builders.tritonconfig import config_dict, openvino_parameters, parse, render
 from tensorkiln.registry.manifest import Benchmark, Candidate
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
-from tensorkiln_compiler.candidates import Build, Runner
+from tensorkiln_compiler.candidates import Build, Runner, Skipped, openvino
 from tensorkiln_compiler.candidates.openvino import stream_counts
 from tensorkiln_compiler.selection import best_per_compiler, select
 
@@ -197,15 +197,15 @@ THROUGHPUT = {
     "inferencePrecision": "bf16",
 }  # fmt: skip
 OPENVINO_THROUGHPUT_PARAMETERS = """parameters {
-  key: "INFERENCE_NUM_THREADS"
+  key: "HINT_BF16"
   value {
-    string_value: "2"
+    string_value: "YES"
   }
 }
 parameters {
-  key: "INFERENCE_PRECISION_HINT"
+  key: "INFERENCE_NUM_THREADS"
   value {
-    string_value: "bf16"
+    string_value: "2"
   }
 }
 parameters {
@@ -298,3 +298,22 @@ def test_the_tuning_stage_can_be_switched_off(tmp_path, monkeypatch):
     options = pipeline.Options(BenchmarkPlan(warmup=0, runs=3), tune_runtime_settings=False)
     outcome = pipeline.run(CompileJobSpec.model_validate(body), tmp_path / "work", options)
     assert [c.id for c in outcome.manifest.candidates] == ["baseline", "onnxruntime-fp32"]
+
+
+@pytest.mark.parametrize(
+    ("config", "parameters"),
+    [
+        # f32 has no backend key: the serving image's CPU plugin defaults to it (serving/triton_backends)
+        ({"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "2", "INFERENCE_PRECISION_HINT": "f32"},
+         {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "2"}),
+        ({"INFERENCE_PRECISION_HINT": "bf16", "NUM_STREAMS": "2"}, {"NUM_STREAMS": "2", "HINT_BF16": "YES"}),
+        ({"ENABLE_CPU_PINNING": "YES"}, {}),  # a key the backend would ignore is not written
+    ],
+)  # fmt: skip
+def test_openvino_config_becomes_the_parameters_the_backend_reads(config, parameters):
+    assert openvino_parameters(config) == parameters
+
+
+def test_no_openvino_fp16_candidate_since_the_backend_cannot_serve_it_in_fp16():
+    with pytest.raises(Skipped, match="HINT_BF16"):
+        openvino.build(SimpleNamespace(gpu_class=None), Precision.FP16)

@@ -84,6 +84,10 @@ class Build:
     variant: str = ""  # a runtime-settings variant of another Build's engine: e.g. "throughput-2streams"
     # The runtime-settings variants of this engine, built on demand (the tuning stage); None: it has none.
     variants: Callable[[], list[Build]] | None = None
+    # Each output's shape as the engine itself has it (-1: dynamic), where the engine fixes sizes the ONNX
+    # leaves open (OpenVINO's IR after conversion at fixed input sizes); None: the ONNX graph's. The served
+    # config gives these: Triton's openvino backend compares output dims exactly.
+    output_dims: dict[str, list[int]] | None = None
 
     @property
     def id(self) -> str:

@@ -1,8 +1,15 @@
 """OpenVINO candidates: the ONNX converted to IR (model.xml + model.bin) for this CPU.
 
-The IR's input shapes are bounded to spec.shapes, given to the converter (not reshaped after).
+The IR's input shapes are spec.shapes, given to the converter (not reshaped after): static where the
+spec fixes a size, bounded to its range at conversion (the ONNX frontend needs ranks), and then unbounded:
+Triton's openvino backend (r24.10, CompareDimsSupported) matches a config's -1 only against an unbounded
+dimension and a size only against the same static one, so an IR with a bounded dimension never loads
+there. The IR's output shapes are recorded (Build.output_dims) for the config to give them exactly.
 FP32 forces INFERENCE_PRECISION_HINT=f32, because OpenVINO otherwise computes in BF16 on CPUs that
-have it (AMX, AVX512-BF16); INT8 is NNCF post-training quantization (MIXED preset) on the calibration
+have it (AMX, AVX512-BF16); the serving image's CPU plugin defaults to f32 the same way (Triton's
+openvino backend passes no precision but HINT_BF16=YES, tritonconfig). FP16 is not built: that backend
+cannot ask for it, so an FP16 candidate would be served in another precision than it was measured in.
+INT8 is NNCF post-training quantization (MIXED preset) on the calibration
 set, the rest of the graph in the CPU's default precision. The precision the CPU actually uses is read
 back and recorded.
 
@@ -25,10 +32,12 @@ import openvino as ov
 from tensorkiln.api import Compiler, Precision
 
 from ..data import Arrays
+from ..errors import first_line
 from . import Build, BuildContext, Runner, Skipped
 
 DEVICE = "CPU"
-_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
+_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16"}
+_UNBOUNDED_ONLY = "Triton's openvino backend serves an open size only unbounded"
 
 
 class OvRunner(Runner):
@@ -46,11 +55,13 @@ def build(ctx: BuildContext, precision: Precision) -> Build:
         raise Skipped("OpenVINO builds CPU engines here; this is a GPU class")
     core = ov.Core()
     capabilities = core.get_property(DEVICE, "OPTIMIZATION_CAPABILITIES")
-    if precision in (Precision.BF16, Precision.FP16) and precision.value not in capabilities:
+    if precision == Precision.FP16:
+        raise Skipped("Triton's openvino backend sets no FP16 inference precision (only HINT_BF16=YES)")
+    if precision == Precision.BF16 and precision.value not in capabilities:
         raise Skipped(
             f"this CPU has no {precision.value} kernels (OpenVINO CPU capabilities: {', '.join(capabilities)})"
         )
-    model = ov.convert_model(str(ctx.model.path), input=input_shapes(ctx))
+    model = unbounded(ov.convert_model(str(ctx.model.path), input=input_shapes(ctx)), ctx)
     settings: dict = {"device": DEVICE}
     if precision == Precision.INT8:
         model, settings["quantization"] = _quantize(model, ctx)
@@ -76,6 +87,7 @@ def _compiled(
         settings=settings,
         open=lambda: OvRunner(compiled, output_names),
         variant=variant,
+        output_dims=output_dims(core.read_model(str(out))),
     )
     if not variant:
         default_streams = streams(compiled)
@@ -114,6 +126,41 @@ def input_shapes(ctx: BuildContext) -> dict[str, ov.PartialShape]:
     return {
         t.name: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in zip(t.profile[0], t.profile[2])])
         for t in ctx.model.inputs
+    }
+
+
+def unbounded(model: ov.Model, ctx: BuildContext) -> ov.Model:
+    """The converted model with every size the spec leaves open (min < max) unbounded, but a batched model's
+    batch axis, which the backend fixes to max_batch_size itself (module docstring); Skipped where the graph's
+    output ranks then depend on those sizes (a Squeeze over them), which neither OpenVINO nor Triton serves."""
+    skip_batch = 1 if ctx.model.batched else 0
+    open_dims = {}
+    for tensor in ctx.model.inputs:
+        low, high = tensor.profile[0], tensor.profile[2]
+        if any(lo != hi for lo, hi in zip(low[skip_batch:], high[skip_batch:])):
+            open_dims[tensor.name] = ov.PartialShape(
+                [ov.Dimension(lo, hi) if axis < skip_batch else ov.Dimension(lo) if lo == hi else ov.Dimension()
+                 for axis, (lo, hi) in enumerate(zip(low, high))]
+            )  # fmt: skip
+    if not open_dims:
+        return model
+    try:
+        model.reshape(open_dims)
+    except RuntimeError as error:
+        reason = f"{_UNBOUNDED_ONLY}, and this graph does not take its open sizes unbounded: {first_line(error)}"
+        raise Skipped(reason) from error
+    ranked = [port.get_any_name() for port in model.outputs if port.get_partial_shape().rank.is_dynamic]
+    if ranked:
+        raise Skipped(f"{_UNBOUNDED_ONLY}, and unbounded, the rank of output {ranked[0]!r} depends on the open sizes")
+    return model
+
+
+def output_dims(model: ov.Model) -> dict[str, list[int]]:
+    """Each output's shape in the IR, -1 where it is dynamic (pure over the model)."""
+    return {
+        name: [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
+        for port in model.outputs
+        for name in port.get_names()  # a tensor may carry several names; the ONNX output's is one of them
     }
 
 

@@ -32,8 +32,8 @@ per GPU on a GPU class (spec.serving.instancesPerGPU), per pod on a CPU class (t
 
 Runtime settings: the engine is served with the runtime settings its compile measured, those of the
 selected candidate (the compiler's tuning stage may have picked a settings variant):
-- OpenVINO: the candidate's OpenVINO `config` as backend parameters (PERFORMANCE_HINT,
-  NUM_STREAMS, INFERENCE_NUM_THREADS, INFERENCE_PRECISION_HINT; the openvino backend's README), and,
+- OpenVINO: the candidate's OpenVINO `config` as the backend parameters it reads (PERFORMANCE_HINT,
+  NUM_STREAMS, INFERENCE_NUM_THREADS; a bf16 precision as HINT_BF16; `openvino_parameters`), and,
   batched, ENABLE_BATCH_PADDING: the backend (r24.10) answers a batch smaller than max_batch_size with
   an error unless it pads it to max_batch_size, which costs a full batch's compute per execution;
 - onnxruntime: `intra_op_thread_count` from intraOpNumThreads, and the graph optimisation level
@@ -296,6 +296,21 @@ def measured_threads(settings: dict) -> int | None:
     return int(threads) if threads is not None else None
 
 
+# The CPU properties Triton's openvino backend reads from a model's parameters (r24.10's
+# ModelState::ParseParameters); it ignores any other key.
+OPENVINO_BACKEND_KEYS = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS")
+
+
+def openvino_parameters(config: dict) -> dict:
+    """The openvino backend's parameters for a candidate's OpenVINO `config` (pure). Precision: bf16 is the
+    backend's HINT_BF16=YES; f32 is written as nothing, the serving image's CPU plugin default
+    (serving/triton_backends/build.py), since the backend has no key for it."""
+    parameters = {key: config[key] for key in OPENVINO_BACKEND_KEYS if key in config}
+    if config.get("INFERENCE_PRECISION_HINT") == "bf16":
+        parameters["HINT_BF16"] = "YES"
+    return parameters
+
+
 def _onnxruntime_native(settings: dict) -> dict:
     """The native onnxruntime backend's share of the config for these settings (module docstring)."""
     config = {}
@@ -329,7 +344,7 @@ def config_dict(name: str, manifest: EngineManifest, serving: dict) -> dict:
     else:
         config |= NATIVE_PLATFORMS[manifest.compiler] | {"defaultModelFilename": ENGINE_FILES[manifest.compiler]}
         if manifest.compiler == "OpenVINO":
-            parameters = selected_settings(manifest).get("config", {})
+            parameters = openvino_parameters(selected_settings(manifest).get("config", {}))
             if batched:  # the openvino backend refuses a batch smaller than max_batch_size unless it pads it
                 parameters = {**parameters, "ENABLE_BATCH_PADDING": "YES"}
             config["parameters"] = _parameters(parameters)
