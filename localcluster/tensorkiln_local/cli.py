@@ -78,7 +78,8 @@ def _manifests(args) -> int:
 
 def _images(args) -> int:
     from tensorkiln_local.images import build as images
-    from tensorkiln_local.images.catalog import ALL, PRODUCT
+    from tensorkiln_local.images import runtime_check
+    from tensorkiln_local.images.catalog import ALL, COMPILER_GPU, PRODUCT
 
     names = args.names or [image.name for image in PRODUCT]
     unknown = sorted(set(names) - set(ALL))
@@ -88,13 +89,15 @@ def _images(args) -> int:
     built = images.build_all(names)
     if args.action == "build":
         for b in built:
-            print(f"{b.name:<9} {b.reference}  {b.size_bytes / 1e6:.0f} MB")
+            print(f"{b.name:<12} {b.reference}  {b.size_bytes / 1e6:.0f} MB")
+            if b.name == COMPILER_GPU.name:
+                print(f"{'':<12} TensorRT {runtime_check.check_tensorrt(COMPILER_GPU, b.reference)}, as its target's")
         return 0
     registry = args.registry.rstrip("/")
     local = registry.split("/")[0].split(":")[0] in ("localhost", "127.0.0.1")
     for b in built:
         pushed = images.push(b, registry, args.tag, tls_verify=not local)
-        print(f"{b.name:<9} {pushed.repository}:{pushed.tag}@{pushed.digest}")
+        print(f"{b.name:<12} {pushed.repository}:{pushed.tag}@{pushed.digest}")
     return 0
 
 

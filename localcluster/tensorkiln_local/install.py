@@ -36,7 +36,7 @@ from tensorkiln.registry.locations import PVC_ROOT_ENV
 from tensorkiln_local import installmanifests
 from tensorkiln_local.cluster import certmanager, cluster, nodes, paths, processes, prometheus, registry, workloads
 from tensorkiln_local.images import build as images
-from tensorkiln_local.images.catalog import PRODUCT, SERVING_TARGET
+from tensorkiln_local.images.catalog import LOCAL_PRODUCT, SERVING_TARGET
 
 RELEASE = installmanifests.RELEASE
 NAMESPACE = installmanifests.NAMESPACE
@@ -175,7 +175,7 @@ def prepare_registry_volume() -> None:
 
 def push_images() -> dict[str, images.Pushed]:
     """Build (or reuse) the product images and push them to the local registry."""
-    built = images.build_all([image.name for image in PRODUCT])
+    built = images.build_all([image.name for image in LOCAL_PRODUCT])
     return {b.name: images.push(b, registry.HOST, APP_VERSION, tls_verify=False) for b in built}
 
 

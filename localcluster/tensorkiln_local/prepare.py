@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tensorkiln_local.cluster import binaries, packages
 from tensorkiln_local.images import build as images
-from tensorkiln_local.images.catalog import PRODUCT
+from tensorkiln_local.images.catalog import LOCAL_PRODUCT
 
 # The longest build first: the kube binary alone is most of a cold start.
 BINARIES = (*binaries.CLUSTER_BINARIES, "helm", "certmanager")
@@ -23,7 +23,7 @@ def prepare(tests: bool = False) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         builds = [
             pool.submit(binaries.ensure, BINARIES + (TEST_BINARIES if tests else ())),
-            pool.submit(images.build_all, [image.name for image in PRODUCT]),
+            pool.submit(images.build_all, [image.name for image in LOCAL_PRODUCT]),
         ]
         for done in builds:
             done.result()

@@ -11,6 +11,8 @@ class Settings:
     # Where compile jobs publish engines; a PVC-backed path in a real cluster.
     registry_uri: str = "file:///var/lib/tensorkiln/registry"
     compiler_image: str = f"ghcr.io/tensorkiln/compiler:{COMPILER_VERSION}"
+    # The image of compile Jobs on GPU classes: the compiler with TensorRT (compiler-jobs/Dockerfile, VARIANT=gpu).
+    compiler_gpu_image: str = f"ghcr.io/tensorkiln/compiler-gpu:{COMPILER_VERSION}"
     # Part of the registry cache key: a new compiler version rebuilds every engine.
     compiler_version: str = COMPILER_VERSION
     # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
@@ -78,6 +80,7 @@ class Settings:
         return cls(
             registry_uri=os.environ.get("TENSORKILN_REGISTRY_URI", cls.registry_uri),
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
+            compiler_gpu_image=os.environ.get("TENSORKILN_COMPILER_GPU_IMAGE") or cls.compiler_gpu_image,
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
             serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,

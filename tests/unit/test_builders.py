@@ -86,12 +86,15 @@ def test_what_shapes_the_job_changes_its_name_so_a_failed_compile_runs_again_onc
     assert fixed["spec"]["optionsHash"] == base["spec"]["optionsHash"]  # the same engine: a cache hit if compiled
 
 
-def test_another_compiler_image_makes_another_job():
-    base = compile_job_for("nvidia-l4")
+@pytest.mark.parametrize(("hardware_class", "setting"), [("nvidia-l4", "compiler_gpu_image"),
+                                                         ("cpu-amd64-intel-amx", "compiler_image")])  # fmt: skip
+def test_a_class_compiles_in_its_kinds_compiler_image_and_another_one_makes_another_job(hardware_class, setting):
+    base = compile_job_for(hardware_class)
+    assert base["spec"]["image"] == getattr(SETTINGS, setting)  # TensorRT's image on a GPU, the CPU image else
     model = sample_model()
-    other = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"],
-                              dataclasses.replace(SETTINGS, compiler_image="compiler:2"))  # fmt: skip
-    assert job_name(other) != job_name(base)
+    other = build_compile_job(model, normalised_spec(model), CLASSES[hardware_class],
+                              dataclasses.replace(SETTINGS, **{setting: "compiler:2"}))  # fmt: skip
+    assert other["spec"]["image"] == "compiler:2" and job_name(other) != job_name(base)
 
 
 def test_batching_mode_is_part_of_the_compile_job_and_its_cache_key():

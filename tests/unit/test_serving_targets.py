@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tensorkiln.api.serving_targets import SERVING_TARGETS
+from tensorkiln.api.serving_targets import SERVING_TARGETS, same_release
 from tensorkiln_local.cluster import paths
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +46,20 @@ def test_the_serving_images_backends_are_built_against_their_releases_runtimes(p
 def test_a_compiler_image_built_for_a_release_installs_its_runtimes(target_file):
     target, versions = SERVING_TARGETS[target_file.stem], pinned(target_file.read_text())
     assert (versions["onnxruntime"], versions["openvino"]) == (target.onnxruntime, target.openvino)
+
+
+@pytest.mark.parametrize("target_file", sorted(TARGETS.glob("*.txt")), ids=lambda p: p.stem)
+def test_the_gpu_compiler_image_of_a_release_installs_its_tensorrt_for_its_cuda(target_file):
+    # The Dockerfile's VARIANT=gpu installs the tensorrt-cu<N> wheel the file pins, with libs and bindings alike.
+    target, versions = SERVING_TARGETS[target_file.stem], pinned(target_file.read_text())
+    wheels = {name: version for name, version in versions.items() if name.startswith("tensorrt")}
+    if target.tensorrt is None:
+        assert not wheels, f"{target_file.name} pins a TensorRT the table does not record"
+        return
+    cuda = target.cuda.split(".")[0]
+    assert set(wheels) == {f"tensorrt-cu{cuda}", f"tensorrt-cu{cuda}-libs", f"tensorrt-cu{cuda}-bindings"}
+    assert len(set(wheels.values())) == 1
+    assert same_release(wheels[f"tensorrt-cu{cuda}"], target.tensorrt)
 
 
 @pytest.mark.parametrize("pins_file", BACKEND_PINS, ids=lambda p: p.stem)

@@ -49,7 +49,8 @@ _PYTHON_PACKAGE = (
     "compiler-jobs/tensorkiln_compiler",
 )
 
-PRODUCT = (
+# The images the local cluster runs (`prepare` and `install` build them).
+LOCAL_PRODUCT = (
     Image("operator", "operator/Dockerfile", _PYTHON_PACKAGE, user="65532"),
     # Built for the serving image's Triton release: engines are timed with the runtimes that serve them.
     Image(
@@ -67,6 +68,19 @@ PRODUCT = (
         vendored=("triton-r24.10", "serving/triton_backends/vendor"),
     ),
 )
+# The TensorRT release of production's Triton (the chart's default servingTarget and servingImage).
+GPU_SERVING_TARGET = "25.10"
+# The compiler of GPU classes' compile Jobs (the chart's compilerGPUImage): with TensorRT. The local cluster's
+# GPU pools are kwok's SIMULATION, where no pod runs, so only `make images` builds it (several GB of CUDA and
+# TensorRT libraries).
+COMPILER_GPU = Image(
+    "compiler-gpu",
+    "compiler-jobs/Dockerfile",
+    (*_PYTHON_PACKAGE, "compiler-jobs/serving_targets"),
+    user="65532",
+    build_args=(("SERVING_TARGET", GPU_SERVING_TARGET), ("VARIANT", "gpu")),
+)
+PRODUCT = (*LOCAL_PRODUCT, COMPILER_GPU)
 CLUSTER = (
     Image("pause", "localcluster/images/pause/Dockerfile", binary="pause", user="65535"),
     Image("coredns", "localcluster/images/coredns/Dockerfile", binary="coredns", user="65532"),

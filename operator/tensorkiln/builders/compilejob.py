@@ -90,7 +90,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "accuracy": compile_options["accuracy"],
         "objective": compile_options["objective"],
         "registry": {"uri": settings.registry_uri},
-        "image": settings.compiler_image,
+        "image": settings.compiler_gpu_image if target.kind == "GPU" else settings.compiler_image,  # TensorRT on GPUs
         "deadlineSeconds": compile_options["deadlineSeconds"],
         "retries": compile_options["retries"],
     }
