@@ -1,7 +1,7 @@
 """TensorKiln's images as the real node runs them: pulled from the local registry by digest, each as
 the numeric user its Dockerfile declares, with no compiler or test dependency inside.
 
-`make test` builds them (tensorkiln-local images build, cached by content) and pushes them at
+`make test` builds those the local cluster runs (cached by content) and pushes them at
 `install`; here a Pod per image runs a probe command in it on local-0 and the test reads its log.
 """
 
@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from tensorkiln_local.cluster import paths, registry
 from tensorkiln_local.images import build as images
-from tensorkiln_local.images.catalog import PRODUCT
+from tensorkiln_local.images.catalog import LOCAL_PRODUCT
 
 from .helpers import wait_for
 
@@ -77,7 +77,7 @@ def test_the_compiler_builds_with_the_runtimes_the_serving_image_serves_with(api
     assert f"onnxruntime/libonnxruntime.so.{pins['onnxruntime']['version']}" in listed
 
 
-@pytest.mark.parametrize("image", PRODUCT, ids=lambda i: i.name)
+@pytest.mark.parametrize("image", LOCAL_PRODUCT, ids=lambda i: i.name)  # what `install` pushes
 def test_image_runs_as_its_user_without_compilers_or_test_dependencies(api, namespace, image):
     pushed = _pushed().get(image.name)
     assert pushed, f"{image.name} was not pushed to {registry.HOST}: run `tensorkiln-local install`"
