@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv prepare demo test lint docs unit integration faults matrix crds manifests down images push
+.PHONY: venv prepare demo test lint docs unit integration faults matrix crds manifests down images images-gpu push
 
 $(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +40,12 @@ demo: prepare
 ## (an unchanged tree rebuilds nothing); prints each image's tag and size.
 images: venv
 	$(TKL) images build
+
+## images-gpu: the GPU compile image (compiler-jobs/Dockerfile, VARIANT=gpu), checked to import the TensorRT of
+## its serving target; its TensorRT libraries come from NVIDIA's package index (pypi.nvidia.com), which the
+## build host must reach.
+images-gpu: venv
+	$(TKL) images build compiler-gpu
 
 ## push: build, then copy the images to REGISTRY (e.g. make push REGISTRY=ghcr.io/you), printing digests.
 push: venv

@@ -79,9 +79,9 @@ def _manifests(args) -> int:
 def _images(args) -> int:
     from tensorkiln_local.images import build as images
     from tensorkiln_local.images import runtime_check
-    from tensorkiln_local.images.catalog import ALL, COMPILER_GPU, PRODUCT
+    from tensorkiln_local.images.catalog import ALL, COMPILER_GPU, LOCAL_PRODUCT
 
-    names = args.names or [image.name for image in PRODUCT]
+    names = args.names or [image.name for image in LOCAL_PRODUCT]
     unknown = sorted(set(names) - set(ALL))
     if unknown:
         print(f"unknown images {', '.join(unknown)}: choose from {', '.join(sorted(ALL))}", file=sys.stderr)

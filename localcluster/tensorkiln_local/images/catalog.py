@@ -70,9 +70,10 @@ LOCAL_PRODUCT = (
 )
 # The TensorRT release of production's Triton (the chart's default servingTarget and servingImage).
 GPU_SERVING_TARGET = "25.10"
-# The compiler of GPU classes' compile Jobs (the chart's compilerGPUImage): with TensorRT. The local cluster's
-# GPU pools are kwok's SIMULATION, where no pod runs, so only `make images` builds it (several GB of CUDA and
-# TensorRT libraries).
+# The compiler of GPU classes' compile Jobs (the chart's compilerGPUImage): with TensorRT. Built only by name
+# (`make images-gpu`): the local cluster's GPU pools are kwok's SIMULATION, where no pod runs, and PyPI's
+# tensorrt-cu<N>-libs is a stub that downloads the libraries from NVIDIA's own package index at install, which
+# a build host must reach (this machine does not).
 COMPILER_GPU = Image(
     "compiler-gpu",
     "compiler-jobs/Dockerfile",

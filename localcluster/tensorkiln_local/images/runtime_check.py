@@ -1,4 +1,4 @@
-"""The GPU compiler image's TensorRT, as the image itself reports it: `make images` runs `import tensorrt`
+"""The GPU compiler image's TensorRT, as the image itself reports it: `make images-gpu` runs `import tensorrt`
 in it after building it and fails unless that is the TensorRT of the image's serving target
 (api.serving_targets), the only version whose plans that target's Triton loads. No GPU is needed to
 import TensorRT; building a plan needs one (the compiler then says TensorRTUnavailable here).
