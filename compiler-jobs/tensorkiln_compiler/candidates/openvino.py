@@ -87,7 +87,7 @@ def _compiled(
         settings=settings,
         open=lambda: OvRunner(compiled, output_names),
         variant=variant,
-        output_dims=output_dims(core.read_model(str(out))),
+        output_dims=output_dims(compiled),  # the compiled IR in hand: its outputs are the saved IR's
     )
     if not variant:
         default_streams = streams(compiled)
@@ -155,7 +155,7 @@ def unbounded(model: ov.Model, ctx: BuildContext) -> ov.Model:
     return model
 
 
-def output_dims(model: ov.Model) -> dict[str, list[int]]:
+def output_dims(model: ov.Model | ov.CompiledModel) -> dict[str, list[int]]:
     """Each output's shape in the IR, -1 where it is dynamic (pure over the model)."""
     return {
         name: [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
