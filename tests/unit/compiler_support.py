@@ -9,6 +9,32 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from tensorkiln_compiler import benchmark
+from tensorkiln_compiler.candidates import Runner
+
+
+class FakeClock:
+    """The benchmark's perf_counter, advanced only by Sleepers: the timings are exactly what a test says
+    whatever the machine's load (on a loaded CI machine a real 1 ms sleep once outlasted a 4 ms one)."""
+
+    def __init__(self, monkeypatch):
+        self.now = 0.0
+        monkeypatch.setattr(benchmark.time, "perf_counter", lambda: self.now)
+
+
+class Sleeper(Runner):
+    """Takes `seconds` of the clock per call, 0-8% more by the call's number so that repeated
+    measurements of one runner differ a little, as real ones do; raises on call `fail_on_call`."""
+
+    def __init__(self, clock: FakeClock, seconds: float, fail_on_call: int | None = None):
+        self.clock, self.seconds, self.fail_on_call, self.calls = clock, seconds, fail_on_call, 0
+
+    def run(self, feeds):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("device lost")
+        self.clock.now += self.seconds * (1 + 0.02 * (self.calls % 5))
+        return []
 
 
 def conv_classifier(path: Path, *, opset: int = 13, batch: str | int = "N", seed: int = 0) -> Path:

@@ -1,7 +1,6 @@
 """Runtime settings as candidates: each compiler's variants, the tuning stage, selection among default
 settings and variants, and the selected settings in Triton's config."""
 
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,11 +10,11 @@ from tensorkiln.builders.tritonconfig import config_dict, openvino_parameters, p
 from tensorkiln.registry.manifest import Benchmark, Candidate
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
-from tensorkiln_compiler.candidates import Build, Runner, Skipped, openvino
+from tensorkiln_compiler.candidates import Build, Skipped, openvino
 from tensorkiln_compiler.candidates.openvino import stream_counts
 from tensorkiln_compiler.selection import best_per_compiler, select
 
-from .compiler_support import compile_spec, conv_classifier, serve_registry
+from .compiler_support import FakeClock, Sleeper, compile_spec, conv_classifier, serve_registry
 from .test_compiler_selection import measured
 from .test_serving_builders import manifest as serving_manifest
 from .test_serving_builders import serving_spec_with
@@ -34,20 +33,11 @@ def test_openvino_stream_counts(auto, default, threads, expected):
     assert stream_counts(auto, default, threads) == expected
 
 
-# --- the tuning stage, with runners that sleep ---------------------------------------------------------
+# --- the tuning stage, with runners that take fixed times on a fake clock -------------------------------
 
 
-class Sleeper(Runner):
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-
-    def run(self, feeds):
-        time.sleep(self.seconds)
-        return []
-
-
-def fake_build(compiler, precision, seconds, variant="", variants=None, settings=None, baseline=False) -> Build:
-    return Build(compiler, precision, files={}, settings=settings or {}, open=lambda: Sleeper(seconds),
+def fake_build(clock, compiler, precision, seconds, variant="", variants=None, settings=None, baseline=False) -> Build:
+    return Build(compiler, precision, files={}, settings=settings or {}, open=lambda: Sleeper(clock, seconds),
                  baseline=baseline, variant=variant, variants=variants)  # fmt: skip
 
 
@@ -76,24 +66,27 @@ def fake_context(objective: Objective):
     )
 
 
-def test_the_tuning_stage_varies_each_compilers_best_benchmarks_them_with_it_and_selection_takes_a_clear_win():
+def test_the_tuning_stage_varies_each_compilers_best_benchmarks_them_with_it_and_selection_takes_a_clear_win(
+    monkeypatch,
+):
+    clock = FakeClock(monkeypatch)
     ORT, OV, FP32, INT8 = Compiler.ONNX_RUNTIME, Compiler.OPENVINO, Precision.FP32, Precision.INT8
 
     def never():
         raise AssertionError("only the best candidate of each compiler is varied")
 
     ort_variants = lambda: [  # noqa: E731
-        fake_build(ORT, FP32, 0.004, "1thread", settings={"intraOpNumThreads": 1}),  # as fast: not worth it
-        fake_build(ORT, FP32, 0.001, "extended"),  # faster, but fails the accuracy gate
+        fake_build(clock, ORT, FP32, 0.004, "1thread", settings={"intraOpNumThreads": 1}),  # as fast: not worth it
+        fake_build(clock, ORT, FP32, 0.001, "extended"),  # faster, but fails the accuracy gate
     ]
-    ov_variants = lambda: [fake_build(OV, FP32, 0.001, "throughput-2streams")]  # noqa: E731
+    ov_variants = lambda: [fake_build(clock, OV, FP32, 0.001, "throughput-2streams")]  # noqa: E731
     builds = {
         b.id: b
         for b in [
-            fake_build(ORT, FP32, 0.015, baseline=True, variants=never),
-            fake_build(ORT, FP32, 0.004, variants=ort_variants),
-            fake_build(ORT, INT8, 0.012, variants=never),
-            fake_build(OV, FP32, 0.008, variants=ov_variants),
+            fake_build(clock, ORT, FP32, 0.015, baseline=True, variants=never),
+            fake_build(clock, ORT, FP32, 0.004, variants=ort_variants),
+            fake_build(clock, ORT, INT8, 0.012, variants=never),
+            fake_build(clock, OV, FP32, 0.008, variants=ov_variants),
         ]
     }
     objective = Objective(batch_size=1)
@@ -123,14 +116,16 @@ def test_the_tuning_stage_varies_each_compilers_best_benchmarks_them_with_it_and
     assert selection.winner == "openvino-fp32+throughput-2streams"
 
 
-def test_without_variants_the_tuning_stage_measures_nothing_again():
-    build = fake_build(Compiler.OPENVINO, Precision.FP32, 0.001, variants=lambda: [])
+def test_without_variants_the_tuning_stage_measures_nothing_again(monkeypatch):
+    clock = FakeClock(monkeypatch)
+    build = fake_build(clock, Compiler.OPENVINO, Precision.FP32, 0.001, variants=lambda: [])
     ctx = fake_context(Objective(batch_size=1))
     bench = Benchmark(batch_size=1, p50_ms=1, p95_ms=1, p99_ms=1, throughput_per_s=1000, threads=2, warmup_runs=0,
                       runs=5)  # fmt: skip
     done = [Candidate(id=build.id, compiler="OpenVINO", precision="FP32", status="Passed", benchmarks=[bench])]
     assert (
-        pipeline._tune(ctx, fake_validate(), done, {build.id: build}, {build.id: Sleeper(0)}, BenchmarkPlan()) == done
+        pipeline._tune(ctx, fake_validate(), done, {build.id: build}, {build.id: Sleeper(clock, 0)}, BenchmarkPlan())
+        == done
     )
 
 
