@@ -110,6 +110,18 @@ def test_batching_mode_is_part_of_the_compile_job_and_its_cache_key():
     assert rebatched["spec"]["optionsHash"] == base["spec"]["optionsHash"]
 
 
+def test_where_openvino_compiles_the_served_batch_limit_is_part_of_the_cache_key():
+    """OpenVINO candidates are timed padded to serving.maxBatchSize, as Triton's openvino backend serves them:
+    another limit can make another candidate win, so it is another key (on GPU classes it stays one)."""
+    base = compile_job_for("cpu-amd64-intel-amx")
+    model = sample_model()
+    model["spec"].setdefault("serving", {})["maxBatchSize"] = 4
+    rebatched = build_compile_job(model, normalised_spec(model), CLASSES["cpu-amd64-intel-amx"], SETTINGS)
+    assert "OpenVINO" in base["spec"]["compilers"]
+    assert base["spec"]["batcherTuning"]["maxBatchSize"] != rebatched["spec"]["batcherTuning"]["maxBatchSize"] == 4
+    assert rebatched["spec"]["optionsHash"] != base["spec"]["optionsHash"]
+
+
 def test_synthetic_input_values_reach_the_compile_job_and_its_cache_key():
     base = compile_job_for("nvidia-l4")
     model = sample_model()

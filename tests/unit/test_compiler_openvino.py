@@ -4,6 +4,7 @@ and the config rendered for it have the shapes Triton's openvino backend accepts
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import openvino as ov
 import pytest
@@ -15,10 +16,10 @@ from tensorkiln.registry.manifest import TensorInfo
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.candidates import BuildContext
-from tensorkiln_compiler.candidates.openvino import input_shapes
+from tensorkiln_compiler.candidates.openvino import OvRunner, input_shapes
 from tensorkiln_compiler.inspection import inspect_model
 
-from .compiler_support import compile_spec, serve_registry, stateful_model
+from .compiler_support import compile_spec, conv_classifier, serve_registry, stateful_model
 
 ROWS_2_TO_4 = [{"input": "x", "axis": 0, "min": 2, "opt": 2, "max": 4}]
 
@@ -140,3 +141,26 @@ def test_engine_outputs_take_the_engines_own_dims_where_it_records_them():
     ]
     assert pipeline.engine_outputs(outputs, None) == outputs
     assert [o.dims for o in pipeline.engine_outputs(outputs, {"y": [-1, 1, 480, 480]})] == [[-1, 1, 480, 480], [-1]]
+
+
+def test_a_batched_candidate_is_timed_padded_to_tritons_max_batch_size_and_answers_the_rows_it_was_given(tmp_path):
+    """Triton's openvino backend pads every batch to max_batch_size; so does the runner that is benchmarked."""
+    compiled = ov.Core().compile_model(ov.convert_model(str(conv_classifier(tmp_path / "m.onnx"))), "CPU")
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    plain, padded = OvRunner(compiled, ["scores"]), OvRunner(compiled, ["scores"], padded_batch=8)
+    (expected,), (answer,) = plain.run({"x": x}), padded.run({"x": x})
+    assert answer.shape == (2, 5) and np.allclose(answer, expected, atol=1e-6)
+    assert list(padded.request.get_input_tensor(0).shape) == [8, 3, 8, 8]  # the compute of a full batch
+    assert list(plain.request.get_input_tensor(0).shape) == [2, 3, 8, 8]
+
+
+@pytest.mark.parametrize(("tuning", "padded_to"), [({"maxBatchSize": 4}, 4), (None, None)])
+def test_the_compile_records_the_batch_openvino_was_timed_at(tmp_path, monkeypatch, tuning, padded_to):
+    serve_registry(tmp_path / "registry", monkeypatch)
+    body = compile_spec(conv_classifier(tmp_path / "m.onnx"), tmp_path / "registry", compilers=["OpenVINO"],
+                        objective={"metric": "LatencyP95", "batchSize": 1}, batcherTuning=tuning)  # fmt: skip
+    outcome = pipeline.run(
+        CompileJobSpec.model_validate(body), tmp_path / "work", pipeline.Options(BenchmarkPlan(warmup=0, runs=3))
+    )
+    settings = {c.id: c.settings for c in outcome.manifest.candidates}
+    assert settings["openvino-fp32"].get("paddedToBatch") == padded_to

@@ -60,6 +60,13 @@ class BuildContext:
         return self.spec.hardware.kind == HardwareKind.GPU
 
     @property
+    def served_max_batch_size(self) -> int | None:
+        """Triton's max_batch_size for the engine (spec.batcherTuning, which the operator sets whenever the
+        dynamic batcher serves it); None when that is not known here (unbatched, or the sequence batcher)."""
+        tuning = self.spec.batcher_tuning
+        return tuning.max_batch_size if tuning is not None and self.model.batched else None
+
+    @property
     def cpu_isa(self) -> list[str]:
         return self.fingerprint["cpu"]["isa"]
 

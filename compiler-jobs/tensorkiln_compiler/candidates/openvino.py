@@ -13,6 +13,15 @@ INT8 is NNCF post-training quantization (MIXED preset) on the calibration
 set, the rest of the graph in the CPU's default precision. The precision the CPU actually uses is read
 back and recorded.
 
+Timed as served: Triton's openvino backend (r24.10 to r26.08 alike) fixes a batched model's batch to
+max_batch_size (ov::set_batch) and pads every smaller batch to it (ENABLE_BATCH_PADDING), so each
+execution costs a full batch's compute whatever the batch Triton formed. A batched candidate's runner
+pads what it is given the same way (the last row repeated) and returns the rows it was given: its
+benchmark at batch 1 is what a lone request costs in Triton, and selection and the batcher tuning
+(serving_tuning) compare it with onnxruntime's as served. An earlier compile timed OpenVINO at the
+batch it was fed, selected openvino-bf16 for ocr-cls at 0.76 ms, and Triton then ran every request in
+12.5-13 ms, at batch 32 (e2e/bench_serving.py, stop 39).
+
 Runtime settings: the default is PERFORMANCE_HINT LATENCY on all the container's CPUs (one stream
 on one socket). Its variants (`settings_variants`) run the same IR with PERFORMANCE_HINT THROUGHPUT and the
 stream count THROUGHPUT picks here, and 2 streams when it picks more: `+throughput-<n>streams`,
@@ -41,13 +50,26 @@ _UNBOUNDED_ONLY = "Triton's openvino backend serves an open size only unbounded"
 
 
 class OvRunner(Runner):
-    def __init__(self, compiled: ov.CompiledModel, output_names: list[str]):
+    """Runs the compiled model; with `padded_batch`, pads a smaller batch to it as Triton's backend does."""
+
+    def __init__(self, compiled: ov.CompiledModel, output_names: list[str], padded_batch: int | None = None):
         self.request = compiled.create_infer_request()
         self.outputs = [compiled.output(name) for name in output_names]
+        self.padded_batch = padded_batch
 
     def run(self, feeds: Arrays) -> list[np.ndarray]:
-        results = self.request.infer(feeds)
-        return [np.array(results[port]) for port in self.outputs]
+        target = self.padded_batch
+        rows = len(next(iter(feeds.values()))) if target else 0
+        if target is None or rows >= target:
+            results = self.request.infer(feeds)
+            return [np.array(results[port]) for port in self.outputs]
+        results = self.request.infer({name: padded(array, target) for name, array in feeds.items()})
+        return [np.array(results[port])[:rows] for port in self.outputs]
+
+
+def padded(array: np.ndarray, rows: int) -> np.ndarray:
+    """`array` with its last row repeated up to `rows` rows along axis 0 (pure)."""
+    return np.concatenate([array, np.repeat(array[-1:], rows - len(array), axis=0)])
 
 
 def build(ctx: BuildContext, precision: Precision) -> Build:
@@ -80,12 +102,15 @@ def _compiled(
     settings = {**settings, "config": config}
     settings["inferencePrecision"] = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
     output_names = [t.name for t in ctx.model.outputs]
+    served_batch = ctx.served_max_batch_size
+    if served_batch is not None:
+        settings["paddedToBatch"] = served_batch  # how it was timed (module docstring); Triton pads the same
     build = Build(
         Compiler.OPENVINO,
         precision,
         files={"model.xml": out, "model.bin": out.with_suffix(".bin")},
         settings=settings,
-        open=lambda: OvRunner(compiled, output_names),
+        open=lambda: OvRunner(compiled, output_names, served_batch),
         variant=variant,
         output_dims=output_dims(compiled),  # the compiled IR in hand: its outputs are the saved IR's
     )

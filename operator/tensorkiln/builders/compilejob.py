@@ -49,6 +49,10 @@ def options_hash(compile_spec: dict) -> str:
         hashed["syntheticInputs"] = compile_spec["syntheticInputs"]
     if "servingTarget" in compile_spec:  # likewise: the runtime versions the engine is built with
         hashed["servingTarget"] = compile_spec["servingTarget"]
+    if "OpenVINO" in compile_spec["compilers"] and "batcherTuning" in compile_spec:
+        # OpenVINO candidates are timed padded to Triton's max_batch_size, as its backend serves them, so
+        # that size can change which engine wins (tensorkiln_compiler.candidates.openvino).
+        hashed["openvinoPaddedToBatch"] = compile_spec["batcherTuning"]["maxBatchSize"]
     return digest(hashed, 16)
 
 
@@ -112,7 +116,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         job_spec["sequenceBatching"] = spec["serving"]["sequenceBatching"]
     elif tuning := batcher_tuning(spec):
         job_spec["batcherTuning"] = tuning
-    job_spec["optionsHash"] = options_hash(job_spec)  # batcherTuning aside: it does not change the engine
+    job_spec["optionsHash"] = options_hash(job_spec)  # batcherTuning aside, but for OpenVINO's padded batch
     return {
         "apiVersion": API_VERSION,
         "kind": "CompileJob",
