@@ -7,14 +7,18 @@ reference; then the goals, met or not. det and cls (the rapidocr-onnxruntime whe
 script's spec, validated on rendered text images; a model of tensorkiln_local.cluster.real_models
 is staged (real_models.stage) and gets the CompileJob the operator builds from its minimal
 InferenceModel. Publishing goes to an in-memory registry: it is not what is measured.
-Writes e2e/results/compile.md.
+Writes e2e/results/compile.md. With --serving-target RELEASE it runs again in a virtualenv with that Triton
+release's runtime versions (tensorkiln_local.target_venv: those its compiler image installs, built once), the
+specs say that servingTarget (so the compiler refuses other versions), and it writes compile-RELEASE.md.
 Usage: .venv/bin/python e2e/bench_compile.py [--runs 60] [--models det cls nudenet-320n layout-cdla]
+       [--serving-target 24.10]
 """
 
 import argparse
 import logging
 import os
 import platform
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,6 +39,7 @@ from tensorkiln.settings import Settings
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.fingerprint import usable_cpus
+from tensorkiln_local import target_venv
 from tensorkiln_local.cluster.ocr_models import CLS, DET, write_dataset
 from tensorkiln_local.cluster.real_models import BY_NAME, STAGED_ROOT, stage
 
@@ -344,7 +349,13 @@ def main() -> None:
         "--models", nargs="+", default=list(CONV_NETS), choices=[*OCR, *BY_NAME],
         help=f"det, cls, or models of the coverage matrix (default: {' '.join(CONV_NETS)})",
     )  # fmt: skip
+    parser.add_argument("--serving-target", choices=target_venv.RELEASES,
+                        help="compile with this Triton release's runtime versions (module docstring)")  # fmt: skip
     args = parser.parse_args()
+    if args.serving_target and os.environ.get(target_venv.MARKER) != args.serving_target:
+        python = str(target_venv.ensure(args.serving_target))
+        os.execve(python, [python, __file__, *sys.argv[1:]], target_venv.environment(args.serving_target))
+    results_path = RESULTS.with_name(f"compile-{args.serving_target}.md") if args.serving_target else RESULTS
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     plan = BenchmarkPlan(warmup=3, runs=args.runs, max_runs=max(BenchmarkPlan.max_runs, args.runs), time_cap_s=60)
     results: list[Result] = []
@@ -358,6 +369,8 @@ def main() -> None:
             result = Result(name)
             try:
                 spec = ocr_spec(OCR[name], work) if name in OCR else matrix_spec(name, staged)
+                if args.serving_target:  # the compiler then checks its runtimes are the target's
+                    spec = spec.model_copy(update={"serving_target": args.serving_target})
                 result.gate = spec.accuracy.model_dump(by_alias=True, exclude_none=True, mode="json")
                 result.precisions = [p.value for p in spec.precisions] if spec.precisions else None
                 options = pipeline.Options(benchmark=plan)
@@ -423,8 +436,8 @@ def main() -> None:
         "",
         *goals(results, gflops),
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

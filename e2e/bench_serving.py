@@ -26,8 +26,9 @@ and the load generator get CPUs of their own (--pin, the default): the compile a
 alone, so the engine is chosen, tuned and timed (the bound) on the one core that serves it, and the clients
 run on the others. Without pinning they share the CPUs, and are part of the measurement. Writes e2e/results/serving.md
 and serving.png, with selected-tuned's goals (p95 at 1 client within 1.2x of no batching; at the
-highest concurrency, throughput at least 0.8x the bound the engine's batch efficiency allows). No
-cluster needed.
+highest concurrency, throughput at least 0.8x the bound the engine's batch efficiency allows). Then NVIDIA's
+perf_analyzer (tensorkiln_local.perf_analyzer), a second, independent load generator, loads selected-tuned and
+selected-nobatch at the lowest and highest concurrency, and the goal is judged on its figures too. No cluster needed.
 
 Usage: .venv/bin/python e2e/bench_serving.py [--duration 5] [--warmup 2] [--concurrency 1 8 32] [--output DIR]
 """
@@ -70,7 +71,7 @@ from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
 from tensorkiln_compiler import batching, pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
-from tensorkiln_local import triton_process
+from tensorkiln_local import perf_analyzer, triton_process
 from tensorkiln_local.cluster.ocr_models import CLS, write_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +95,7 @@ REQUEST_TIMEOUT_S = 30.0  # one request; a stuck server ends the point instead o
 MAX_REQUESTS_PER_POINT = 100_000  # with the time window: every point stops by itself
 MAX_ERRORS_PER_CLIENT = 5
 SAMPLES = 64  # distinct rendered text lines; request i sends line i % SAMPLES
+SECOND_OPINION = ("selected-tuned", "selected-nobatch")  # the models perf_analyzer loads too
 
 log = logging.getLogger("bench_serving")
 
@@ -418,6 +420,20 @@ def check_outputs(server: Server, samples: np.ndarray) -> dict[str, str]:
     return checks
 
 
+def second_opinion(
+    server: Server, concurrencies: list[int], window_s: float, cpus: set[int]
+) -> dict[tuple[str, int], perf_analyzer.Measured]:
+    """NVIDIA's perf_analyzer on SECOND_OPINION at the lowest and highest concurrency, on the clients' CPUs."""
+    tool = perf_analyzer.ensure()
+    found = {}
+    for concurrency in sorted({min(concurrencies), max(concurrencies)}):
+        for model in SECOND_OPINION:
+            m = found[model, concurrency] = perf_analyzer.measure(tool, server.grpc, model, concurrency, window_s, cpus)
+            print(f"  perf_analyzer {model:18} c={concurrency:<3} {m.throughput:7.1f} req/s  p95 {m.p95_ms:7.2f} ms",
+                  flush=True)  # fmt: skip
+    return found
+
+
 # --- report ------------------------------------------------------------------------------------------
 
 
@@ -609,6 +625,29 @@ def cpu_arithmetic(top: Point, tuning: ServingTuning, target: float, threads: in
     return [line]
 
 
+def second_opinion_report(
+    found: dict[tuple[str, int], perf_analyzer.Measured], by: dict[tuple[str, int], Point], bound: float | None
+) -> list[str]:
+    """perf_analyzer's figures beside the project's clients', and the throughput goal judged on them."""
+    lines = [
+        "| model | concurrency | perf_analyzer req/s | perf_analyzer p95 ms | own clients req/s | own clients p95 ms "
+        "| perf_analyzer / own clients, throughput |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for (model, c), m in sorted(found.items(), key=lambda item: (item[0][1], item[0][0])):
+        own = by[model, c]
+        lines.append(f"| {model} | {c} | {m.throughput:.1f} | {m.p95_ms:.2f} | {own.throughput:.1f} | {own.p(95):.2f} "
+                     f"| {ratio(m.throughput, own.throughput)} |")  # fmt: skip
+    hi = max(c for _, c in found)
+    if bound:
+        share = found["selected-tuned", hi].throughput / bound
+        verdict = "met" if share >= BOUND_SHARE else "not met"
+        lines += ["", f"- Goal at c={hi} judged on perf_analyzer's throughput: selected-tuned "
+                      f"{found['selected-tuned', hi].throughput:.0f} req/s vs bound {bound:.0f}/s, **{share:.2f}x**, "
+                      f"**{verdict}** (goal {BOUND_SHARE:g}x)."]  # fmt: skip
+    return lines
+
+
 def plot(series: dict[str, list[tuple[int, float, float]]], concurrencies: list[int], title: str, path: Path) -> None:
     """Throughput and p95 against concurrency; `series`: model -> [(concurrency, req/s, p95 ms)]."""
     import matplotlib
@@ -658,6 +697,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1,
                         help="instance_group count, every model but selected-tuned (the compile's choice)")  # fmt: skip
     parser.add_argument("--output", type=Path, default=RESULTS, help="where serving.md and serving.png go")
+    parser.add_argument("--perf-analyzer", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"also load {', '.join(SECOND_OPINION)} with NVIDIA's perf_analyzer")  # fmt: skip
     parser.add_argument(
         "--pin",
         action=argparse.BooleanOptionalAction,
@@ -702,6 +743,7 @@ def main() -> None:
                 for concurrency in concurrencies:
                     for model in MODELS:
                         rounds[-1][model, concurrency] = measure(server, model, concurrency, args, samples)
+            found = second_opinion(server, concurrencies, args.duration, client_cpus) if args.perf_analyzer else {}
         finally:
             server.stop()
     load_after = os.getloadavg()
@@ -834,6 +876,22 @@ def main() -> None:
         "",
         *tuned,
         "",
+        "## Second load generator: NVIDIA's perf_analyzer",
+        "",
+        *(
+            [
+                "`perf_analyzer` 2.51.0 (the tritonclient 2.51.0 wheel's C++ client, `tensorkiln_local.perf_analyzer`), "
+                f"gRPC, batch-1 requests of random data, closed loop at each concurrency, three {args.duration:g} s "
+                "windows after the project's own rounds, on the clients' CPUs. Latencies are its client-side ones.",
+                "",
+                *second_opinion_report(
+                    found, by, manifest.serving_tuning and manifest.serving_tuning.throughput_bound_per_s
+                ),
+            ]
+            if found
+            else ["Not run (--no-perf-analyzer)."]
+        ),
+        "",
         "## Configs served",
         "",
         "```",
@@ -851,6 +909,8 @@ def main() -> None:
     print("\n".join(ratios))
     print()
     print("\n".join(tuned))
+    if found:
+        print("\n".join(second_opinion_report(found, by, tuning and tuning.throughput_bound_per_s)))
     print(f"\nwrote {args.output / 'serving.md'} and {args.output / 'serving.png'}")
 
 

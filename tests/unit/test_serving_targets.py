@@ -78,3 +78,14 @@ def test_a_target_replaces_only_its_own_packages_lines():
     )
     assert pinned(merged) == {"numpy": "1.26.4", "onnxruntime": "1.19.2", "openvino": "2024.4.0"}
     assert "# a comment" in merged
+
+
+@pytest.mark.parametrize("release", sorted(path.stem for path in TARGETS.glob("*.txt")))
+def test_a_targets_benchmark_virtualenv_has_its_runtimes_and_no_tensorrt(release):
+    """tensorkiln_local.target_venv: what e2e/bench_compile.py --serving-target compiles with on this machine."""
+    from tensorkiln_local import target_venv
+
+    pins, target = pinned(target_venv.constraints(release)), SERVING_TARGETS[release]
+    assert (pins["onnxruntime"], pins["openvino"]) == (target.onnxruntime, target.openvino)
+    assert not any(name.startswith("tensorrt") for name in pins)  # NVIDIA's index serves its libraries only
+    assert pins["numpy"] == pinned((ROOT / "constraints.txt").read_text())["numpy"]  # the rest: constraints.txt
