@@ -31,11 +31,11 @@ import onnx
 import onnx_tool
 import onnxruntime as ort
 from onnx import helper
-from tensorkiln.api import CompileJobSpec
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.settings import Settings
+from tensorkiln_api import CompileJobSpec
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.fingerprint import usable_cpus

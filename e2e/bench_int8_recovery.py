@@ -32,7 +32,7 @@ import numpy as np
 import openvino as ov
 from bench_compile import matrix_spec, speedup_bounds, staged_directory
 from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
-from tensorkiln.api import Precision
+from tensorkiln_api import Precision
 from tensorkiln_compiler.accuracy import compare
 from tensorkiln_compiler.benchmark import BenchmarkPlan, measure_all
 from tensorkiln_compiler.candidates import BuildContext

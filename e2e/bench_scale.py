@@ -49,9 +49,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install, rbac_audit
 from tensorkiln_local.cluster import cluster, paths
 from tensorkiln_local.cluster.cluster import audit_lines

@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.hardware.classes import GPU_PRODUCT
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install
 from tensorkiln_local.cluster import cluster, paths
 

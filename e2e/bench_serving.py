@@ -56,7 +56,6 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
-from tensorkiln.api import CompileJobSpec, ServingOptions
 from tensorkiln.builders.tritonconfig import (
     batcher,
     config_dict,
@@ -66,10 +65,11 @@ from tensorkiln.builders.tritonconfig import (
     selected_settings,
     served_settings,
 )
-from tensorkiln.registry.manifest import EngineManifest, ServingTuning
 from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
-from tensorkiln_compiler import batching, pipeline
+from tensorkiln_api import CompileJobSpec, ServingOptions, batching
+from tensorkiln_api.registry.manifest import EngineManifest, ServingTuning
+from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_local import perf_analyzer, triton_process
 from tensorkiln_local.cluster.ocr_models import CLS, write_dataset

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tensorkiln.registry import ArtifactIntegrityError, EngineNotFound, RegistryError
-from tensorkiln.registry.base import artifact_key, index_key, manifest_key
-from tensorkiln.registry.manifest import (
+from tensorkiln_api.registry import ArtifactIntegrityError, EngineNotFound, RegistryError
+from tensorkiln_api.registry.base import artifact_key, index_key, manifest_key
+from tensorkiln_api.registry.manifest import (
     Artifact,
     CacheKey,
     Candidate,

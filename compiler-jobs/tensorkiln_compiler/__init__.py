@@ -4,4 +4,6 @@
 candidates -> accuracy -> benchmark -> selection -> publish -> report.
 """
 
-__version__ = "0.1.0"
+from tensorkiln_api import __version__
+
+__all__ = ["__version__"]

@@ -23,8 +23,8 @@ element is compared, as the figures have always been.
 from __future__ import annotations
 
 import numpy as np
-from tensorkiln.api import AccuracyTolerance
-from tensorkiln.registry.manifest import Accuracy, PaddingIgnored
+from tensorkiln_api import AccuracyTolerance
+from tensorkiln_api.registry.manifest import Accuracy, PaddingIgnored
 
 from .text import Padding
 

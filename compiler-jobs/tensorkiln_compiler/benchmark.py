@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tensorkiln.registry.manifest import Benchmark
+from tensorkiln_api.registry.manifest import Benchmark
 
 from .candidates import Runner
 from .data import Arrays

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pydantic import ValidationError
-from tensorkiln.api import CompileJobSpec, field_errors
+from tensorkiln_api import CompileJobSpec, field_errors
 
 from . import __version__, pipeline, report
 from .benchmark import BenchmarkPlan

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tensorkiln.api import SyntheticInput
+from tensorkiln_api import SyntheticInput
 
 from .errors import InvalidInput, first_line
 from .fetch import Fetched

@@ -97,7 +97,7 @@ def _download_s3(uri: str, path: Path, *, field: str, what: str) -> None:
     parts = urlsplit(uri)
     try:
         from minio.error import S3Error
-        from tensorkiln.registry.s3 import S3Registry
+        from tensorkiln_api.registry.s3 import S3Registry
 
         client = S3Registry.from_env(parts.netloc, "").client
         client.fget_object(parts.netloc, parts.path.lstrip("/"), str(path))

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tensorkiln.hardware.cpuinfo import parse_cpuinfo
+from tensorkiln_api.cpuinfo import parse_cpuinfo
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-from tensorkiln.api import ModelIO, SequenceBatching, Shapes
-from tensorkiln.registry.manifest import TensorInfo
+from tensorkiln_api import ModelIO, SequenceBatching, Shapes
+from tensorkiln_api.registry.manifest import TensorInfo
 
 from . import text
 from .errors import InvalidInput

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tensorkiln.api import CompileJobSpec, Compiler, Precision
-from tensorkiln.api.serving_targets import SERVING_TARGETS, mismatch
-from tensorkiln.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning, TensorInfo
+from tensorkiln_api import CompileJobSpec, Compiler, Precision
+from tensorkiln_api.registry.manifest import Benchmark, CacheKey, Candidate, EngineManifest, ServingTuning, TensorInfo
+from tensorkiln_api.serving_targets import SERVING_TARGETS, mismatch
 
 from . import __version__, report, serving_tuning
 from .accuracy import compare

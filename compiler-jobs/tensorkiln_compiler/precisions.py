@@ -8,7 +8,7 @@ baseline on the OCR classifier). So:
 - GPU: FP32, FP16 and INT8 (tensor cores from compute capability 7.0); BF16 from 8.0 (Ampere).
 """
 
-from tensorkiln.api import Precision
+from tensorkiln_api import Precision
 
 CPU_BF16 = ("avx512_bf16", "amx_bf16")
 CPU_FP16 = ("avx512_fp16", "amx_fp16")

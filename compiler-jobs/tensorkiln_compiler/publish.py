@@ -1,6 +1,6 @@
 """Publish step: stage the winner's files and hand them with the manifest to the engine registry.
 
-Registry interface (tensorkiln.registry): open_registry(uri) -> registry with
+Registry interface (tensorkiln_api.registry): open_registry(uri) -> registry with
 lookup(CacheKey) -> engine digest or manifest or None, publish(EngineManifest, files_dir) -> digest,
 engine_uri(digest); errors RegistryError and RegistryUnavailable, reported by those names.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tensorkiln.registry.manifest import Artifact, CacheKey, EngineManifest
+from tensorkiln_api.registry.manifest import Artifact, CacheKey, EngineManifest
 
 from .errors import CompileError
 from .fetch import sha256_path
@@ -23,10 +23,10 @@ Opener = Callable[[str], Any]
 
 def default_opener(uri: str) -> Any:
     try:
-        from tensorkiln.registry import open_registry
+        from tensorkiln_api.registry import open_registry
     except ImportError as e:
         raise CompileError(
-            "RegistryUnavailable", f"{FIELD}: this image has no tensorkiln.registry.open_registry"
+            "RegistryUnavailable", f"{FIELD}: this image has no tensorkiln_api.registry.open_registry"
         ) from e
     return open_registry(uri)
 

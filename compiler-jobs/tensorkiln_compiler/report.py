@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln_api.registry.manifest import EngineManifest
 
 LIMIT_BYTES = 4096
 

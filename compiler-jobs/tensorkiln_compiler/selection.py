@@ -15,8 +15,8 @@ their intervals. Without intervals (older manifests, simulations) the point figu
 
 from __future__ import annotations
 
-from tensorkiln.api import Objective, OptimizationMetric
-from tensorkiln.registry.manifest import Benchmark, Candidate, Selection
+from tensorkiln_api import Objective, OptimizationMetric
+from tensorkiln_api.registry.manifest import Benchmark, Candidate, Selection
 
 from .errors import CompileError
 

@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from tensorkiln.registry.manifest import (
+from tensorkiln_api import batching
+from tensorkiln_api.registry.manifest import (
     Benchmark,
     Candidate,
     InstanceScaling,
     ServingTuning,
 )
 
-from . import batching
 from .benchmark import BenchmarkPlan, measure_all, measure_concurrent
 from .candidates import Build, BuildContext, Runner
 

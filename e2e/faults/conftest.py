@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.registry.locations import PVC_ROOT_ENV
+from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 from tensorkiln_local import install
 from tensorkiln_local.cluster import paths
 

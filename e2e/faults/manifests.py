@@ -1,6 +1,6 @@
 """Generated InferenceModel manifests for the admission fuzz (hypothesis).
 
-Valid specs are drawn from the CRD's spec schema, which `tensorkiln.api.crdgen` derives from the
+Valid specs are drawn from the CRD's spec schema, which `tensorkiln_local.crdgen` derives from the
 pydantic models (types, enums, bounds, lengths, patterns, list-set and list-map uniqueness), then
 repaired for the cross-field rules the models declare as `Rule`s (min <= opt <= max, maxBatchSize
 <= shapes.batch.max, ...). Invalid ones are valid ones with one mutation that breaks one field:
@@ -23,9 +23,9 @@ from typing import Any
 import hypothesis
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from tensorkiln.api import InferenceModelSpec, field_errors
-from tensorkiln.api.common import MODEL_URI_PATTERN, prefix_at_most, quantity_value
-from tensorkiln.api.crdgen import openapi_schema
+from tensorkiln_api import InferenceModelSpec, field_errors
+from tensorkiln_api.common import MODEL_URI_PATTERN, prefix_at_most, quantity_value
+from tensorkiln_local.crdgen import openapi_schema
 
 SPEC_SCHEMA = openapi_schema(InferenceModelSpec)
 LIST_CAP = 3  # items drawn per list beyond its minimum: small objects, many of them

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.job import job_name
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.builders.serving import ENGINE_DIGEST
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster.engine_seeds import publish_simulation
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
 

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
-from tensorkiln.registry import open_registry
+from tensorkiln_api.registry import open_registry
 from tensorkiln_local.cluster import nodes
 
 from .support import (

@@ -11,7 +11,7 @@ the compiler loads onnx, onnxruntime and OpenVINO, far more than 64 MiB.
 import time
 
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 
 from .support import (
     COMPILE,

@@ -24,13 +24,13 @@ from collections import Counter
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, INFERENCE_MODEL, VERSION
-from tensorkiln.api.crdgen import build_crd
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, INFERENCE_MODEL, VERSION
 from tensorkiln_local import install
 from tensorkiln_local.cluster.engine_seeds import publish_test_seed
+from tensorkiln_local.crdgen import build_crd
 
 from .manifests import generate, lax_verdict, pydantic_verdict
 from .support import condition, log_exceptions, models, wait_healthy, wait_until
@@ -112,7 +112,7 @@ def _webhooks(api) -> list[str]:
 
 def test_admission_rejects_every_invalid_manifest_naming_the_field_and_agrees_with_pydantic(api, verdicts):
     assert _cluster_crd_matches(api), (
-        "the cluster's InferenceModel CRD is not the one operator/tensorkiln/api generates "
+        "the cluster's InferenceModel CRD is not the one api/tensorkiln_api generates "
         "(`tensorkiln-local crds` + `tensorkiln-local cluster up` apply it), so pydantic and the API server would be "
         "checking different APIs"
     )

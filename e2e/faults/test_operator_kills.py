@@ -14,9 +14,9 @@ import time
 from collections import Counter
 
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.serving import target_name
-from tensorkiln.registry import open_registry
+from tensorkiln_api import GROUP, VERSION
+from tensorkiln_api.registry import open_registry
 
 from .support import (
     compile_jobs,

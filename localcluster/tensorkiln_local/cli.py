@@ -46,7 +46,7 @@ def _node(args) -> int:
 
 
 def _crds(args) -> int:
-    from tensorkiln.api.crdgen import write_crds
+    from tensorkiln_local.crdgen import write_crds
 
     chart = Path(args.chart_output) if args.chart_output else None
     for path in write_crds(Path(args.output), chart):

@@ -5,9 +5,9 @@ import time
 
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.controllers.compilejob import TERMINAL
 from tensorkiln.status.conditions import find
+from tensorkiln_api import GROUP, VERSION
 
 
 def pending(models: list[dict], compile_jobs: list[dict]) -> list[str]:

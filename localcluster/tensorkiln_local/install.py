@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from tensorkiln import kube
 from tensorkiln.builders.job import COMPILER_UID
-from tensorkiln.registry.locations import PVC_ROOT_ENV
+from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 
 from tensorkiln_local import installmanifests
 from tensorkiln_local.cluster import certmanager, cluster, nodes, paths, processes, prometheus, registry, workloads

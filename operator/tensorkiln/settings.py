@@ -3,7 +3,7 @@
 import os
 from dataclasses import dataclass, field
 
-from tensorkiln_compiler import __version__ as COMPILER_VERSION
+from tensorkiln_api import __version__ as COMPILER_VERSION
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ import uuid
 import pytest
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.api import crdgen
-from tensorkiln.registry.locations import PVC_ROOT_ENV
-from tensorkiln_local import install
+from tensorkiln_api.registry.locations import PVC_ROOT_ENV
+from tensorkiln_local import crdgen, install
 from tensorkiln_local.cluster import paths
 
 from .helpers import wait_for

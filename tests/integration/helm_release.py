@@ -18,10 +18,10 @@ import pytest
 import yaml
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.api import GROUP, VERSION
-from tensorkiln.api.crdgen import kopf_peering_crds
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install, installmanifests
 from tensorkiln_local.cluster import binaries, paths, registry
+from tensorkiln_local.crdgen import kopf_peering_crds
 from tensorkiln_local.images import build as images
 
 from .helpers import wait_for

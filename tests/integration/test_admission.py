@@ -7,7 +7,7 @@ import pytest
 import yaml
 from kubernetes import client
 from refused_specs import REFUSED
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 
 pytestmark = pytest.mark.cluster
 INVALID = sorted((Path(__file__).resolve().parents[1] / "data" / "invalid").glob("*.yaml"))

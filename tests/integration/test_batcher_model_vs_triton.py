@@ -1,4 +1,4 @@
-"""The batcher model (tensorkiln_compiler.batching) beside real Triton: the validation it owed.
+"""The batcher model (tensorkiln_api.batching) beside real Triton: the validation it owed.
 
 The engine is a SIMULATION: the python-backend runner's fixed-service-time engine (compiler
 SimulatedServiceTime, see tensorkiln_local.cluster.engine_seeds) sleeps SERVICE_MS per batch whatever
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tensorkiln.serving import enginefetch
-from tensorkiln_compiler import batching
+from tensorkiln_api import batching
 
 pytestmark = pytest.mark.serving
 

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api.crdgen import kopf_peering_crds
 from tensorkiln_local import installmanifests
 from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.crdgen import kopf_peering_crds
 
 from .helpers import wait_for
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
-from tensorkiln.registry import open_registry
+from tensorkiln_api import GROUP, VERSION
+from tensorkiln_api.registry import open_registry
 
 from .helpers import wait_for
 

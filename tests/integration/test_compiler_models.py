@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import openvino as ov
 import pytest
-from tensorkiln.registry import open_registry
+from tensorkiln_api.registry import open_registry
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_local.cluster.ocr_models import CLS, DET, write_dataset
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster import binaries
 from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
 from . import helm_release

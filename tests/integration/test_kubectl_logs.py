@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster import nodes, paths, registry
 from tensorkiln_local.images import build as images
 

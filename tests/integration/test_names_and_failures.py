@@ -11,8 +11,8 @@ import time
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.serving import target_name
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, Workload, deploy, start
 
 from .helpers import wait_for

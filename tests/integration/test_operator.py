@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB, MODEL
 from tensorkiln.hardware.classes import GPU_PRODUCT
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install
 from tensorkiln_local.cluster import paths, pools
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 
 from .conftest import Operator
 from .helpers import namespace_exists, wait_for

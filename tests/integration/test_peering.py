@@ -12,7 +12,7 @@ import time
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 
 from .conftest import Operator
 from .helpers import wait_for

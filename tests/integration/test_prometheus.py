@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import requests
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
 from tensorkiln.scaling.metrics import MetricsUnavailable, connect, observe, queries
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install
 from tensorkiln_local.cluster import prometheus
 

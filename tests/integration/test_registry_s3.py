@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from minio import Minio
 from registry_fixtures import RegistryContract, make_engine, read_tree
-from tensorkiln.registry import RegistryUnavailable, open_registry
+from tensorkiln_api.registry import RegistryUnavailable, open_registry
 from tensorkiln_local.cluster import binaries
 
 pytestmark = pytest.mark.s3

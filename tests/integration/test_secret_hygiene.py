@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster import network, nodes
 from tensorkiln_local.cluster.ocr_models import CLS
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from tensorkiln.api import Objective
-from tensorkiln.registry.manifest import Benchmark, Candidate, Selection
+from tensorkiln_api import Objective
+from tensorkiln_api.registry.manifest import Benchmark, Candidate, Selection
 from tensorkiln_compiler.benchmark import BenchmarkPlan, measure_all
 from tensorkiln_compiler.candidates import Runner
 from tensorkiln_compiler.selection import select

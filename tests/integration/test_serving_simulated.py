@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.builders.serving import ENGINE_DIGEST, target_name
 from tensorkiln.hardware.classes import GPU_PRODUCT, discover
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 
 from .helpers import wait_for

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install
 from tensorkiln_local.cluster import paths
 from unit.compiler_support import picking_model

@@ -26,9 +26,9 @@ from PIL import Image
 from tensorkiln import cli
 from tensorkiln.builders.tritonconfig import config_dict, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.registry import open_registry
 from tensorkiln.serving.client import infer, settled_counters
 from tensorkiln.serving.request import ServedTensor, image_array
+from tensorkiln_api.registry import open_registry
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement

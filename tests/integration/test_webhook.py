@@ -19,10 +19,10 @@ import pytest
 import yaml
 from kubernetes import client
 from tensorkiln.admission import webhook
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.registry.manifest import Benchmark, Candidate, TensorInfo
 from tensorkiln.review import checks
+from tensorkiln_api import GROUP, VERSION
+from tensorkiln_api.registry.manifest import Benchmark, Candidate, TensorInfo
 from tensorkiln_local.cluster import binaries, engine_seeds
 
 from .conftest import Operator, free_port

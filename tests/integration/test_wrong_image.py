@@ -6,7 +6,7 @@ import copy
 
 import pytest
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster import registry
 
 from . import helm_release

@@ -1,7 +1,7 @@
 """Reading what the operator did to an SLO workload (tensorkiln_local.cluster.slo_workloads)."""
 
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
 
 
 def model_object(api, namespace: str, name: str) -> dict:

@@ -17,9 +17,9 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
-from tensorkiln.api import INFERENCE_MODEL
-from tensorkiln.api.common import quantity_value
-from tensorkiln.api.crdgen import build_crd
+from tensorkiln_api import INFERENCE_MODEL
+from tensorkiln_api.common import quantity_value
+from tensorkiln_local.crdgen import build_crd
 
 (_VERSION,) = build_crd(INFERENCE_MODEL)["spec"]["versions"]
 SPEC_SCHEMA = _VERSION["schema"]["openAPIV3Schema"]["properties"]["spec"]

@@ -169,7 +169,7 @@ def compile_spec(model: Path, registry: Path, **overrides) -> dict:
 
 class StandInRegistry:
     """The registry interface the compiler uses (lookup/publish/engine_uri) over a directory: unit tests pin
-    the compiler's side of the contract without depending on tensorkiln.registry's storage layout."""
+    the compiler's side of the contract without depending on tensorkiln_api.registry's storage layout."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -200,9 +200,9 @@ class StandInRegistry:
 
 
 def serve_registry(root: Path, monkeypatch) -> StandInRegistry:
-    """Make tensorkiln.registry.open_registry (what the compiler calls) return a stand-in over `root`."""
+    """Make tensorkiln_api.registry.open_registry (what the compiler calls) return a stand-in over `root`."""
     stand_in = StandInRegistry(root)
-    monkeypatch.setattr("tensorkiln.registry.open_registry", stand_in.open, raising=False)
+    monkeypatch.setattr("tensorkiln_api.registry.open_registry", stand_in.open, raising=False)
     return stand_in
 
 

@@ -12,12 +12,12 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 from tensorkiln.admission import certificates, webhook
-from tensorkiln.api import InferenceModelSpec
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import Benchmark, Candidate
 from tensorkiln.review import checks
 from tensorkiln.settings import Settings
 from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln_api import InferenceModelSpec
+from tensorkiln_api.registry.manifest import Benchmark, Candidate
 
 from .fleet import default_fleet
 

@@ -14,9 +14,9 @@ import re
 
 import pytest
 from pydantic import ValidationError
-from tensorkiln.api import InferenceModelSpec, field_errors
-from tensorkiln.api.common import MODEL_URI_PATTERN
-from tensorkiln.api.crdgen import RESOURCES, build_crd
+from tensorkiln_api import InferenceModelSpec, field_errors
+from tensorkiln_api.common import MODEL_URI_PATTERN
+from tensorkiln_local.crdgen import RESOURCES, build_crd
 
 
 def verdict(spec: dict) -> tuple[bool, list[str]]:

@@ -19,8 +19,8 @@ from typing import get_args, get_origin
 
 import pytest
 from pydantic import BaseModel, ValidationError
-from tensorkiln.api import InferenceModelSpec, field_errors
-from tensorkiln.api.common import (
+from tensorkiln_api import InferenceModelSpec, field_errors
+from tensorkiln_api.common import (
     DNS_LABEL_PATTERN,
     LABEL_VALUE_PATTERN,
     MODEL_URI_PATTERN,
@@ -28,7 +28,7 @@ from tensorkiln.api.common import (
     QUANTITY_PATTERN,
     SHA256_PATTERN,
 )
-from tensorkiln.api.inferencemodel import PRODUCT_GLOB_PATTERN
+from tensorkiln_api.inferencemodel import PRODUCT_GLOB_PATTERN
 
 from .cel_admission import SPEC_SCHEMA, Path, dotted, fields_read, refusals
 

@@ -5,7 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
-from tensorkiln.api import (
+from tensorkiln.builders.tritonconfig import batcher
+from tensorkiln.status.conditions import condition, merge_conditions
+from tensorkiln_api import (
     CompileJobSpec,
     CompileJobStatus,
     Condition,
@@ -14,8 +16,6 @@ from tensorkiln.api import (
     InferenceModelStatus,
     field_errors,
 )
-from tensorkiln.builders.tritonconfig import batcher
-from tensorkiln.status.conditions import condition, merge_conditions
 
 URI = "https://models.example.com/resnet50/model.onnx"
 MINIMAL = {"source": {"uri": URI}}

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from pydantic import ValidationError
-from tensorkiln.api import InferenceModelSpec, field_errors
+from tensorkiln_api import InferenceModelSpec, field_errors
 
 SOURCE = {"uri": "https://models.example/m.onnx"}
 

@@ -1,8 +1,8 @@
 """docs/reference/api.md is the API reference rendered from the pydantic models: current, complete."""
 
-from tensorkiln.api.crdgen import RESOURCES, build_crd
 from tensorkiln_local import apireference
 from tensorkiln_local.cluster import paths
+from tensorkiln_local.crdgen import RESOURCES, build_crd
 
 
 def test_the_committed_api_reference_is_current():

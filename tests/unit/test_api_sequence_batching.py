@@ -2,10 +2,10 @@
 exact messages, and the dynamic batcher it switches off when dynamicBatching.enabled is left unset."""
 
 import pytest
-from tensorkiln.api import InferenceModelSpec
 from tensorkiln.builders.compilejob import build_compile_job, compilers_for
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.settings import Settings
+from tensorkiln_api import InferenceModelSpec
 
 from .cel_admission import refusals
 from .test_api_models import errors_of, spec_with

@@ -3,8 +3,8 @@
 import typing
 
 import pytest
-from tensorkiln.api.compilejob import ServingTargetRelease
-from tensorkiln.api.serving_targets import SERVING_TARGETS, mismatch
+from tensorkiln_api.compilejob import ServingTargetRelease
+from tensorkiln_api.serving_targets import SERVING_TARGETS, mismatch
 
 R2410 = SERVING_TARGETS["24.10"]
 

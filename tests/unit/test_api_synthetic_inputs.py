@@ -2,7 +2,7 @@
 
 import pytest
 from pydantic import ValidationError
-from tensorkiln.api import CompileOptions, field_errors
+from tensorkiln_api import CompileOptions, field_errors
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln.api.names import MODEL_NAME_MAX
 from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.settings import Settings
+from tensorkiln_api.names import MODEL_NAME_MAX
 
 from .fleet import default_fleet
 

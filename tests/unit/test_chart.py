@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from tensorkiln import rbac
-from tensorkiln.api.crdgen import render_chart_crds
 from tensorkiln.builders import labels, serving
-from tensorkiln.registry import RegistryError, open_registry
-from tensorkiln.registry.filesystem import FilesystemRegistry
+from tensorkiln_api.registry import RegistryError, open_registry
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 from tensorkiln_local import install, installmanifests
 from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.crdgen import render_chart_crds
 from tensorkiln_local.images import build as images
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,9 +175,10 @@ def test_probes_use_kopfs_health_endpoint_and_ports_are_named(helm):
 
 @pytest.mark.parametrize("values", [{}, S3, {"webhook": {"enabled": True}, "prometheusUrl": "http://prom:9090"}])
 def test_every_env_var_is_one_the_operator_reads(helm, values):
-    source = "\n".join(p.read_text() for p in (ROOT / "operator" / "tensorkiln").rglob("*.py"))
+    packages = [ROOT / "operator" / "tensorkiln", ROOT / "api" / "tensorkiln_api"]  # what the operator image runs
+    source = "\n".join(p.read_text() for package in packages for p in package.rglob("*.py"))
     for name in env(operator_container(render(values))):
-        assert f'"{name}"' in source, f"{name} is set by the chart but read nowhere in operator/tensorkiln"
+        assert f'"{name}"' in source, f"{name} is set by the chart but read nowhere in the operator's packages"
 
 
 def test_settings_come_from_values(helm):

@@ -9,9 +9,9 @@ import pytest
 from tensorkiln.builders.job import job_name
 from tensorkiln.controllers import compilejob
 from tensorkiln.controllers.backoff import Backoff
-from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.settings import Settings
 from tensorkiln.status.compilejob import CLUSTER_RETRY_BUDGET, cluster_fault
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 
 from .test_compilejob_registry_backoff import compile_job
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from tensorkiln.controllers import compilejob
 from tensorkiln.controllers.backoff import Backoff
-from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.settings import Settings
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 
 KEY_DIGEST = "ab" * 32
 

@@ -1,8 +1,8 @@
 from datetime import UTC, datetime
 
 from registry_fixtures import make_engine
-from tensorkiln.registry.manifest import Accuracy, PaddingIgnored
 from tensorkiln.status.compilejob import Published, cache_hit_status, compile_job_status, reported_engine
+from tensorkiln_api.registry.manifest import Accuracy, PaddingIgnored
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 CJ = {"metadata": {"name": "m-l4", "generation": 1}, "spec": {}}

@@ -1,8 +1,8 @@
 import numpy as np
 import onnxruntime as ort
 import pytest
-from tensorkiln.api import AccuracyTolerance, CompileJobSpec, Shapes
 from tensorkiln.status.engine import engine_status
+from tensorkiln_api import AccuracyTolerance, CompileJobSpec, Shapes
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.accuracy import compare
 from tensorkiln_compiler.benchmark import BenchmarkPlan

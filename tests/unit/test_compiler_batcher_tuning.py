@@ -4,10 +4,8 @@ over its grid (batching.choose), and the compile stage that measures the selecte
 import time
 
 import pytest
-from tensorkiln.api import CompileJobSpec
-from tensorkiln.registry.manifest import Benchmark, EngineManifest
-from tensorkiln_compiler import batching, pipeline, serving_tuning
-from tensorkiln_compiler.batching import (
+from tensorkiln_api import CompileJobSpec, batching
+from tensorkiln_api.batching import (
     CLIENT_TURNAROUND_MS,
     LONE_CLIENT_SLACK,
     SLO,
@@ -26,6 +24,8 @@ from tensorkiln_compiler.batching import (
     simulate,
     throughput_bound,
 )
+from tensorkiln_api.registry.manifest import Benchmark, EngineManifest
+from tensorkiln_compiler import pipeline, serving_tuning
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.serving_tuning import curve_sizes
 

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from onnx import TensorProto
-from tensorkiln.api import AccuracyTolerance, CompileJobSpec, ModelIO, Precision, SequenceBatching, Shapes
+from tensorkiln_api import AccuracyTolerance, CompileJobSpec, ModelIO, Precision, SequenceBatching, Shapes
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.accuracy import compare
 from tensorkiln_compiler.benchmark import BenchmarkPlan

@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 import pytest
-from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.status.engine import engine_status
+from tensorkiln_api.registry.manifest import EngineManifest
 from tensorkiln_compiler.cli import SPEC_ENV, main
 
 from .compiler_support import (
@@ -159,7 +159,7 @@ def test_registry_failure_exits_1_and_names_the_registry(tmp_path, compile, monk
     def unavailable(uri):
         raise RegistryUnavailable("connection refused")
 
-    monkeypatch.setattr("tensorkiln.registry.open_registry", unavailable, raising=False)
+    monkeypatch.setattr("tensorkiln_api.registry.open_registry", unavailable, raising=False)
     code, message = compile(compile_spec(conv_classifier(tmp_path / "m.onnx"), tmp_path / "registry"))
     assert code == 1
     assert message["error"]["reason"] == "RegistryUnavailable"

@@ -2,7 +2,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto
-from tensorkiln.api import Shapes
+from tensorkiln_api import Shapes
 from tensorkiln_compiler.data import load_dataset, synthesize
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.fetch import fetch

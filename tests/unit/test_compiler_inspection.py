@@ -1,5 +1,5 @@
 import pytest
-from tensorkiln.api import ModelIO, Shapes
+from tensorkiln_api import ModelIO, Shapes
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.inspection import inspect_model
 

@@ -9,10 +9,10 @@ import onnx
 import openvino as ov
 import pytest
 from onnx import TensorProto, helper
-from tensorkiln.api import CompileJobSpec, Shapes
 from tensorkiln.builders.tritonconfig import config_dict
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.registry.manifest import TensorInfo
+from tensorkiln_api import CompileJobSpec, Shapes
+from tensorkiln_api.registry.manifest import TensorInfo
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.candidates import BuildContext

@@ -1,7 +1,7 @@
 """The precisions a compile tries when the spec names none: what the node runs natively."""
 
 import pytest
-from tensorkiln.api import Precision
+from tensorkiln_api import Precision
 from tensorkiln_compiler.precisions import hardware_precisions
 
 FP32, FP16, BF16, INT8 = Precision.FP32, Precision.FP16, Precision.BF16, Precision.INT8

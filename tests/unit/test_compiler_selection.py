@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from tensorkiln.api import Objective
-from tensorkiln.registry.manifest import Benchmark, Candidate
+from tensorkiln_api import Objective
+from tensorkiln_api.registry.manifest import Benchmark, Candidate
 from tensorkiln_compiler.benchmark import intervals
 from tensorkiln_compiler.errors import CompileError
 from tensorkiln_compiler.selection import select

@@ -3,7 +3,7 @@ and a state pair in a model served batched without it is refused by name, with t
 
 import pytest
 from onnx import TensorProto
-from tensorkiln.api import SequenceBatching, Shapes
+from tensorkiln_api import SequenceBatching, Shapes
 from tensorkiln_compiler.errors import InvalidInput
 from tensorkiln_compiler.inspection import Tensor, check_sequence_tensors, inspect_model, state_pairs
 

@@ -1,7 +1,7 @@
 """TensorRT option translation (pure) and the no-silent-fallback rule; no GPU needed."""
 
 import pytest
-from tensorkiln.api import CompileJobSpec, Precision, Shapes
+from tensorkiln_api import CompileJobSpec, Precision, Shapes
 from tensorkiln_compiler.candidates import BuildContext, Skipped
 from tensorkiln_compiler.candidates.tensorrt import TrtPlan, plan_build, require
 from tensorkiln_compiler.data import synthesize

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from tensorkiln.api import CompileJobSpec, Compiler, Objective, Precision
 from tensorkiln.builders.tritonconfig import config_dict, openvino_parameters, parse, render
-from tensorkiln.registry.manifest import Benchmark, Candidate
+from tensorkiln_api import CompileJobSpec, Compiler, Objective, Precision
+from tensorkiln_api.registry.manifest import Benchmark, Candidate
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_compiler.candidates import Build, Skipped, openvino

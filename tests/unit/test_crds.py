@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
-from tensorkiln.api import API_VERSION, CompileJobSpec, InferenceModelSpec, field_errors
-from tensorkiln.api.crdgen import RESOURCES, render_crds
+from tensorkiln_api import API_VERSION, CompileJobSpec, InferenceModelSpec, field_errors
+from tensorkiln_local.crdgen import RESOURCES, render_crds
 
 from .cel_admission import refusals
 

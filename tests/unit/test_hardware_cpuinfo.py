@@ -1,6 +1,6 @@
 """cpuinfo -> NFD-style labels, on captured /proc/cpuinfo samples."""
 
-from tensorkiln.hardware.cpuinfo import cpu_labels, parse_cpuinfo
+from tensorkiln_api.cpuinfo import cpu_labels, parse_cpuinfo
 
 XEON_AMX = """\
 processor	: 0

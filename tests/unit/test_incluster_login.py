@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 from tensorkiln import incluster, kube
-from tensorkiln.api.compilejob import RegistryDestination
+from tensorkiln_api.compilejob import RegistryDestination
 
 ROOT = Path(__file__).resolve().parents[2]
 

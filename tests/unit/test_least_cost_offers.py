@@ -4,13 +4,13 @@
 from dataclasses import replace
 
 import pytest
-from tensorkiln.api import CapacitySource
 from tensorkiln.controllers.offers import COUNTED_SHARE, Pool, class_offer
 from tensorkiln.hardware import pools
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import BatcherSetting, Benchmark, ServingTuning, SimulatedLoad
 from tensorkiln.scaling import capacity
 from tensorkiln.scaling.decision import Sample, steady
+from tensorkiln_api import CapacitySource
+from tensorkiln_api.registry.manifest import BatcherSetting, Benchmark, ServingTuning, SimulatedLoad
 
 from .test_serving_builders import manifest
 

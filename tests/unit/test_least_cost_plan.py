@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
-from tensorkiln.api import InferenceModelStatus
 from tensorkiln.builders import serving
 from tensorkiln.controllers import scaler as scaler_module
 from tensorkiln.controllers.inferencemodel import normalised_spec
@@ -18,10 +17,11 @@ from tensorkiln.controllers.plan import plan_model
 from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.prices import PRICE_ANNOTATION
-from tensorkiln.registry.manifest import BatcherSetting, ServingTuning, SimulatedLoad
 from tensorkiln.scaling.metrics import Observation
 from tensorkiln.status.conditions import find
 from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln_api import InferenceModelStatus
+from tensorkiln_api.registry.manifest import BatcherSetting, ServingTuning, SimulatedLoad
 
 from .test_builders import sample_model
 from .test_model_plan import SETTINGS, compile_job, snapshot, stored

@@ -5,8 +5,8 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorkiln.api.names import MODEL_NAME_MAX, MODEL_NAME_RULES, TARGET_NAME_MAX, model_name_problems
 from tensorkiln.builders.naming import target_name
+from tensorkiln_api.names import MODEL_NAME_MAX, MODEL_NAME_RULES, TARGET_NAME_MAX, model_name_problems
 
 CLASSES = ["nvidia-l4", "nvidia-h100-80gb-hbm3", "cpu-amd64-amd-avx512vnni", "nvidia-a100-sxm4-40gb", "x" * 60]
 model_names = st.from_regex(r"[a-z]([-a-z0-9]{0,42}[a-z0-9])?", fullmatch=True).filter(

@@ -4,8 +4,8 @@ types and contents the models take."""
 
 import numpy as np
 import pytest
-from tensorkiln.api import CompileJobSpec
-from tensorkiln.api.inferencemodel import InferenceModelSpec
+from tensorkiln_api import CompileJobSpec
+from tensorkiln_api.inferencemodel import InferenceModelSpec
 from tensorkiln_local.cluster import real_models as rm
 
 

@@ -21,16 +21,16 @@ from kubernetes import client
 from pydantic import ValidationError
 from refused_specs import REFUSED
 from registry_fixtures import make_engine
-from tensorkiln.api import InferenceModelSpec, field_errors
 from tensorkiln.builders.serving import build_config_map
 from tensorkiln.controllers import compilejob
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.plan import refusal
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.filesystem import FilesystemRegistry
 from tensorkiln.settings import Settings
 from tensorkiln.status.inferencemodel import inference_model_status
 from tensorkiln.status.serving import Rollout
+from tensorkiln_api import InferenceModelSpec, field_errors
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 
 TARGET = HardwareClass(name="cpu", kind="CPU", product="cpu", node_selector={}, nodes=("n1",))
 MODEL = {

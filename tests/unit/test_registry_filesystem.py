@@ -5,10 +5,10 @@ import json
 
 import pytest
 from registry_fixtures import RegistryContract, make_engine, read_tree
-from tensorkiln.registry import RegistryError, open_registry
-from tensorkiln.registry.filesystem import FilesystemRegistry
-from tensorkiln.registry.manifest import Benchmark, canonical_json
-from tensorkiln.registry.s3 import S3Registry
+from tensorkiln_api.registry import RegistryError, open_registry
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
+from tensorkiln_api.registry.manifest import Benchmark, canonical_json
+from tensorkiln_api.registry.s3 import S3Registry
 
 
 @pytest.fixture

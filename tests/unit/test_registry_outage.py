@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from registry_fixtures import make_engine
-from tensorkiln.registry import RegistryUnavailable
-from tensorkiln.registry.filesystem import FilesystemRegistry
+from tensorkiln_api.registry import RegistryUnavailable
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_an_unprepared_registry_that_does_not_exist_yet_is_still_a_miss(tmp_path
 
 def test_an_unreadable_object_is_unavailable_not_an_oserror(published, monkeypatch):
     registry, engine, _ = published
-    from tensorkiln.registry import filesystem
+    from tensorkiln_api.registry import filesystem
 
     def refuse(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")

@@ -5,8 +5,8 @@ from registry_fixtures import make_engine
 from tensorkiln.builders import serving
 from tensorkiln.builders.tritonconfig import UnservableScalar, config_dict, parse, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.registry.manifest import Candidate, Selection, TensorInfo
 from tensorkiln.settings import Settings
+from tensorkiln_api.registry.manifest import Candidate, Selection, TensorInfo
 
 from .test_builders import CLASSES, sample_model
 

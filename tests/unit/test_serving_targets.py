@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tensorkiln.api.serving_targets import SERVING_TARGETS, same_release
+from tensorkiln_api.serving_targets import SERVING_TARGETS, same_release
 from tensorkiln_local.cluster import paths
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,6 @@ import json
 
 import pytest
 from registry_fixtures import make_engine
-from tensorkiln.api import CompileJobSpec, CompileJobStatus
-from tensorkiln.api.inferencemodel import TargetServingStatus
 from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.builders.tritonconfig import (
@@ -21,7 +19,13 @@ from tensorkiln.builders.tritonconfig import (
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.scaler import policy_of
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import (
+from tensorkiln.serving import batcher_choice
+from tensorkiln.settings import Settings
+from tensorkiln.status.engine import engine_status
+from tensorkiln_api import CompileJobSpec, CompileJobStatus
+from tensorkiln_api.batching import tuning_for
+from tensorkiln_api.inferencemodel import TargetServingStatus
+from tensorkiln_api.registry.manifest import (
     BatcherSetting,
     Benchmark,
     EngineManifest,
@@ -30,17 +34,13 @@ from tensorkiln.registry.manifest import (
     SimulatedLoad,
     canonical_json,
 )
-from tensorkiln.serving import batcher_choice
-from tensorkiln.settings import Settings
-from tensorkiln.status.engine import engine_status
-from tensorkiln_compiler.batching import tuning_for
 
 from .test_builders import CLASSES, sample_model
 from .test_serving_builders import manifest as serving_manifest
 from .test_serving_builders import serving_spec_with, unbatched_manifest
 from .test_serving_sequence import rank1_sr
 
-# A manifest as the registry holds it from before servingTuning existed (tensorkiln.registry.manifest at the
+# A manifest as the registry holds it from before servingTuning existed (tensorkiln_api.registry.manifest at the
 # commit before it, serialised with canonical_json), and the digest it was published under.
 OLD_MANIFEST = (
     '{"artifacts":[{"path":"model.onnx","sha256":"' + "b" * 64 + '","size":10}],"calibration":{},"candidates":'

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tensorkiln.api import CompileJobSpec, Compiler, HardwareKind, Precision
+from tensorkiln_api import CompileJobSpec, Compiler, HardwareKind, Precision
 
 from ..data import Arrays, Dataset
 from ..inspection import ModelInfo

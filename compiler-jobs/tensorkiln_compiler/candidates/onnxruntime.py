@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from tensorkiln.api import Compiler, Precision
+from tensorkiln_api import Compiler, Precision
 
 from .. import variants
 from ..data import Arrays

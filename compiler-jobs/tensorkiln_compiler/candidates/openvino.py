@@ -38,7 +38,7 @@ import logging
 
 import numpy as np
 import openvino as ov
-from tensorkiln.api import Compiler, Precision
+from tensorkiln_api import Compiler, Precision
 
 from ..data import Arrays
 from ..errors import first_line

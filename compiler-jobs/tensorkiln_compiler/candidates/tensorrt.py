@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tensorkiln.api import Compiler, Precision
+from tensorkiln_api import Compiler, Precision
 
 from .. import variants
 from ..data import Arrays

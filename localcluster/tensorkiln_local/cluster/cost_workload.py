@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.serving import target_name
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.hardware.prices import PRICE_ANNOTATION
 from tensorkiln.hardware.selection import select_targets
+from tensorkiln_api import GROUP, VERSION
 
 from tensorkiln_local.cluster.engine_seeds import publish_simulation
 from tensorkiln_local.cluster.nodes import CPU_POOL_LABEL

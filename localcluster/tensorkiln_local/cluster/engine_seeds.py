@@ -22,10 +22,18 @@ from pathlib import Path
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry import open_registry
-from tensorkiln.registry.filesystem import FilesystemRegistry
-from tensorkiln.registry.manifest import Artifact, Benchmark, CacheKey, Candidate, EngineManifest, Selection, TensorInfo
 from tensorkiln.settings import Settings
+from tensorkiln_api.registry import open_registry
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
+from tensorkiln_api.registry.manifest import (
+    Artifact,
+    Benchmark,
+    CacheKey,
+    Candidate,
+    EngineManifest,
+    Selection,
+    TensorInfo,
+)
 
 from tensorkiln_local import install
 from tensorkiln_local.images.catalog import SERVING_TARGET

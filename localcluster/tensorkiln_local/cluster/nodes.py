@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from tensorkiln.hardware.cpuinfo import cpu_labels, parse_cpuinfo
+from tensorkiln_api.cpuinfo import cpu_labels, parse_cpuinfo
 
 from tensorkiln_local.cluster import network, paths, pki, processes
 

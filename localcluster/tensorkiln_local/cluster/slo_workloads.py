@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 from kubernetes import client
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.builders.serving import target_name
 from tensorkiln.hardware.classes import HardwareClass, discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.registry.manifest import TensorInfo
 from tensorkiln.scaling.metrics import connect, observe
 from tensorkiln.serving import capacity
 from tensorkiln.serving.loadgen import Phase
+from tensorkiln_api import GROUP, VERSION
+from tensorkiln_api.registry.manifest import TensorInfo
 
 from tensorkiln_local.cluster import prometheus
 from tensorkiln_local.cluster.engine_seeds import publish_simulation

@@ -45,6 +45,7 @@ _PYTHON_PACKAGE = (
     "pyproject.toml",
     "constraints.txt",
     "README.md",
+    "api/tensorkiln_api",
     "operator/tensorkiln",
     "compiler-jobs/tensorkiln_compiler",
 )

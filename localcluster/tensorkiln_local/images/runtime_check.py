@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tensorkiln.api.serving_targets import SERVING_TARGETS, same_release
+from tensorkiln_api.serving_targets import SERVING_TARGETS, same_release
 from tensorkiln_local.images.catalog import Image
 
 # podman here: runc (crun refuses cgroup v1 hybrid mode), cgroupfs, and rlimits no higher than the host's.

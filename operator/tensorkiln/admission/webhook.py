@@ -43,11 +43,11 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 from pydantic import ValidationError
+from tensorkiln_api import GROUP, VERSION, InferenceModelSpec, field_errors
+from tensorkiln_api.names import model_name_problems
 
 from tensorkiln import kube
 from tensorkiln.admission import certificates
-from tensorkiln.api import GROUP, VERSION, InferenceModelSpec, field_errors
-from tensorkiln.api.names import model_name_problems
 from tensorkiln.apierrors import describe
 from tensorkiln.builders.labels import HARDWARE_CLASS
 from tensorkiln.cluster.state import ClusterState

@@ -10,7 +10,7 @@ created under the first CRD hold maxQueueDelayMicroseconds 2000 (its schema defa
 or a maxBatchSize 0 of their own, and a refusal would fail them at the operator's next reconcile.
 """
 
-from tensorkiln.api import QueuePolicy
+from tensorkiln_api import QueuePolicy
 
 PREFIX = "spec.serving.dynamicBatching."
 _DEFAULT_QUEUE_POLICY = QueuePolicy().model_dump(by_alias=True, mode="json")

@@ -1,11 +1,12 @@
 """InferenceModel + hardware class -> CompileJob (pure)."""
 
-from tensorkiln.api import API_VERSION
+from tensorkiln_api import API_VERSION
+from tensorkiln_api.registry.manifest import CacheKey
+
 from tensorkiln.builders import labels, resources
 from tensorkiln.builders.naming import bounded_name, digest, target_name
 from tensorkiln.builders.resources import GPU_RESOURCE
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import CacheKey
 from tensorkiln.settings import Settings
 
 # spec.compile.resources unset. CPU: small enough for a 2-core node; the compiler's threads, and so

@@ -1,6 +1,6 @@
 """Labels and owner references shared by everything the operator creates."""
 
-from tensorkiln.api import API_VERSION
+from tensorkiln_api import API_VERSION
 
 MODEL = "tensorkiln.dev/model"
 HARDWARE_CLASS = "tensorkiln.dev/hardware-class"

@@ -1,9 +1,9 @@
-"""Deterministic, length-bounded object names; the scheme is tensorkiln.api.names'."""
+"""Deterministic, length-bounded object names; the scheme is tensorkiln_api.names'."""
 
 import hashlib
 import json
 
-from tensorkiln.api.names import HASH_SUFFIX, SEPARATOR, TARGET_NAME_MAX
+from tensorkiln_api.names import HASH_SUFFIX, SEPARATOR, TARGET_NAME_MAX
 
 
 def digest(value, length: int = 10) -> str:

@@ -2,13 +2,14 @@
 
 import hashlib
 
+from tensorkiln_api.registry.manifest import EngineManifest
+
 from tensorkiln.builders import labels, naming, resources, storage
 from tensorkiln.builders.job import RESTRICTED_CONTAINER
 from tensorkiln.builders.naming import bounded_name
 from tensorkiln.builders.resources import GPU_RESOURCE
 from tensorkiln.builders.tritonconfig import config_dict, parse, render
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.scaling.metrics import QUANTILES
 from tensorkiln.settings import Settings
 

@@ -23,7 +23,7 @@ dimension 1 (what Triton itself uses for a variable dimension of a starting requ
 and TensorRT backends keep implicit state (compilejob.compilers_for).
 
 Batcher and instances (`batcher`): each field spec.serving sets; the others as the compile chose them for
-the engine on its node (manifest.servingTuning: tensorkiln_compiler.batching, a model of the dynamic batcher
+the engine on its node (manifest.servingTuning: tensorkiln_api.batching, a model of the dynamic batcher
 fed the engine's measured latency per batch size), else the fixed defaults (preferred sizes 8 and 16,
 2000 µs, one instance) for an engine compiled without that choice. A batcher setting spec.serving sets keeps
 the batcher on whatever the compile chose, and where Triton still runs none (the spec turns it off, or the
@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 from google.protobuf.json_format import ParseError
+from tensorkiln_api.common import DEFAULT_CANDIDATE_SEQUENCES
+from tensorkiln_api.inferencemodel import DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS, default_preferred_batch_sizes
+from tensorkiln_api.registry.manifest import EngineManifest
 
-from tensorkiln.api.common import DEFAULT_CANDIDATE_SEQUENCES
-from tensorkiln.api.inferencemodel import DEFAULT_MAX_QUEUE_DELAY_MICROSECONDS, default_preferred_batch_sizes
 from tensorkiln.builders import batcher_fields
 from tensorkiln.builders.tritonschema import model_config_pb2
-from tensorkiln.registry.manifest import EngineManifest
 
 ENGINE_FILES = {
     "TensorRT": "model.plan",

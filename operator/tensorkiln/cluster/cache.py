@@ -33,7 +33,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tensorkiln.api import GROUP, VERSION
+from tensorkiln_api import GROUP, VERSION
+
 from tensorkiln.builders.labels import COMPILE_JOB, MANAGED_BY, MODEL
 
 JOB_NAME = "job-name"  # set by the Job controller on a Job's pods

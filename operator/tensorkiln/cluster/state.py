@@ -9,13 +9,13 @@ import time
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
+from tensorkiln_api import GROUP, VERSION
+from tensorkiln_api.registry import EngineManifest, Registry
 
 from tensorkiln import kube
-from tensorkiln.api import GROUP, VERSION
 from tensorkiln.builders import labels
 from tensorkiln.cluster.cache import JOB_NAME, NODE_NAME, WatchCache
 from tensorkiln.hardware.classes import is_simulated
-from tensorkiln.registry import EngineManifest, Registry
 
 
 class ClusterState:

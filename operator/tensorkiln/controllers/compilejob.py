@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 
 from kubernetes import client
+from tensorkiln_api.registry import EngineNotFound, Registry, RegistryError, RegistryUnavailable
 
 from tensorkiln.builders.compilejob import cache_key
 from tensorkiln.builders.job import build_job, job_name
@@ -13,7 +14,6 @@ from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers.backoff import Backoff
 from tensorkiln.controllers.failures import cleared
 from tensorkiln.observability import metrics as own_metrics
-from tensorkiln.registry import EngineNotFound, Registry, RegistryError, RegistryUnavailable
 from tensorkiln.review.checks import refused_compile_job_status
 from tensorkiln.settings import Settings
 from tensorkiln.status import gitops

@@ -32,9 +32,10 @@ import kopf
 import urllib3
 from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
+from tensorkiln_api import API_VERSION
+from tensorkiln_api.registry import RegistryError
 
 from tensorkiln import apierrors, memory, peering
-from tensorkiln.api import API_VERSION
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.cluster.informer import start_informers
 from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
@@ -42,7 +43,6 @@ from tensorkiln.controllers.context import OperatorContext
 from tensorkiln.controllers.observed import scaled_by_operator
 from tensorkiln.observability import logs
 from tensorkiln.observability import metrics as own_metrics
-from tensorkiln.registry import RegistryError
 
 NOT_FILLED_RETRY_SECONDS = 1.0  # a reconcile queued before the cache serves waits this long, again
 # What a model owns: a change to one by anyone else (a status, an edit, a deletion) reconciles the model.

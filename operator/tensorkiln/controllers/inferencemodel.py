@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 from pydantic import ValidationError
+from tensorkiln_api import InferenceModelSpec, field_errors
+from tensorkiln_api.names import model_name_problems
+from tensorkiln_api.registry import Registry
 
 from tensorkiln import apierrors
-from tensorkiln.api import InferenceModelSpec, field_errors
-from tensorkiln.api.names import model_name_problems
 from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers import events, owned
 from tensorkiln.controllers.observed import Observed, gather
@@ -20,7 +21,6 @@ from tensorkiln.controllers.plan import Plan, TargetPlan, plan_model, refusal
 from tensorkiln.controllers.scaler import Outcome, Scaler
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.observability import metrics as operator_metrics
-from tensorkiln.registry import Registry
 from tensorkiln.review import checks as review_checks
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions

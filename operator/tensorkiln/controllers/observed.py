@@ -13,7 +13,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from tensorkiln.api import API_VERSION
+from tensorkiln_api import API_VERSION
+from tensorkiln_api.registry import EngineManifest, Registry, RegistryError
+
 from tensorkiln.builders import serving
 from tensorkiln.builders.compilejob import compile_job_name
 from tensorkiln.builders.labels import HARDWARE_CLASS
@@ -22,7 +24,6 @@ from tensorkiln.controllers.offers import Pool
 from tensorkiln.controllers.scaler import LeastCostOutcome, Member, Outcome, Scaler
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.registry import EngineManifest, Registry, RegistryError
 from tensorkiln.review import cluster as review
 from tensorkiln.review.checks import Finding
 from tensorkiln.scaling.placement import places_least_cost

@@ -12,12 +12,13 @@ from what the reconcile's gather step observes (pure).
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tensorkiln_api.registry.manifest import BatcherSetting, EngineManifest
+
 from tensorkiln.builders.serving import triton_resources
 from tensorkiln.builders.tritonconfig import batcher
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.hardware.pools import Room, replica_request, room
 from tensorkiln.hardware.prices import replica_price
-from tensorkiln.registry.manifest import BatcherSetting, EngineManifest
 from tensorkiln.scaling.capacity import (
     Capacity,
     cpu_share,

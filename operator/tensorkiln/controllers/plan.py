@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from google.protobuf.json_format import ParseError
 from kubernetes import client
+from tensorkiln_api.serving_targets import SERVING_TARGETS, runtime_difference
 
-from tensorkiln.api.serving_targets import SERVING_TARGETS, runtime_difference
 from tensorkiln.builders import serving, tritonconfig
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers import owned

@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from tensorkiln.api import CapacitySource
+from tensorkiln_api import CapacitySource
+from tensorkiln_api.registry.manifest import EngineManifest
+
 from tensorkiln.builders.tritonconfig import instance_count
 from tensorkiln.controllers.offers import Offer, Pool, class_offer
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.registry.manifest import EngineManifest
 from tensorkiln.scaling.decision import Decision, Policy, Sample, Wish, decide, follow_placement
 from tensorkiln.scaling.metrics import MetricsUnavailable, Observation, observe
 from tensorkiln.scaling.placement import INSUFFICIENT_CAPACITY, Placement, place

@@ -1,6 +1,6 @@
 """What an InferenceModel's spec needs from the cluster and the operator, beyond what CEL can say (pure).
 
-The CRD's schema and CEL rules (tensorkiln.api) refuse what the spec alone gets wrong: an unknown
+The CRD's schema and CEL rules (tensorkiln_api) refuse what the spec alone gets wrong: an unknown
 URI scheme, a `..` segment. These checks need the operator's settings or the cluster's objects:
 
 - a file:// source or calibration set outside the allowed roots (the compile pod mounts the

@@ -7,10 +7,10 @@ import logging
 
 from kubernetes import client
 from kubernetes.dynamic.exceptions import DynamicApiError
+from tensorkiln_api.registry import Registry, RegistryError
 
 from tensorkiln.builders.compilejob import build_compile_job, cache_key
 from tensorkiln.cluster.state import ClusterState
-from tensorkiln.registry import Registry, RegistryError
 from tensorkiln.review import checks
 from tensorkiln.settings import Settings
 

@@ -26,8 +26,9 @@ figure, which on shared or busy nodes can be several times too high.
 
 from dataclasses import dataclass
 
-from tensorkiln.api import CapacitySource
-from tensorkiln.registry.manifest import BatcherSetting, EngineManifest
+from tensorkiln_api import CapacitySource
+from tensorkiln_api.registry.manifest import BatcherSetting, EngineManifest
+
 from tensorkiln.scaling.decision import (
     DEFAULT_QUEUEING_FACTOR,
     SUMMARY_MEMORY_S,

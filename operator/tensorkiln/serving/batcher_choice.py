@@ -3,14 +3,13 @@
 The compile chose the settings for the spec.slo and serving.maxBatchSize of its day (CompileJob
 spec.batcherTuning), from measurements the manifest records (servingTuning). Those are not part of
 the engine's cache key, so a later change to either reuses the engine: the operator then makes the
-choice again from the same measurements (tensorkiln_compiler.batching.retuned), which needs no new
+choice again from the same measurements (tensorkiln_api.batching.retuned), which needs no new
 compile, and everything downstream (config.pbtxt, the capacity the scaler plans with, status) reads
 the choice for the spec as it is now.
 """
 
-from tensorkiln_compiler.batching import retuned
-
-from tensorkiln.registry import EngineManifest
+from tensorkiln_api.batching import retuned
+from tensorkiln_api.registry import EngineManifest
 
 
 def for_spec(manifest: EngineManifest, spec: dict) -> EngineManifest:

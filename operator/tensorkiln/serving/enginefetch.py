@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorkiln.registry import EngineManifest, RegistryError, open_registry
+from tensorkiln_api.registry import EngineManifest, RegistryError, open_registry
 
 EXIT_OK, EXIT_FAILED = 0, 1
 VERSION = "1"  # Triton's model version directory

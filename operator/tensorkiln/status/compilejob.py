@@ -4,7 +4,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from tensorkiln.registry.manifest import EngineManifest
+from tensorkiln_api.registry.manifest import EngineManifest
+
 from tensorkiln.status.conditions import condition, find, merge_conditions
 from tensorkiln.status.engine import engine_status
 from tensorkiln.status.pods import stuck_container

@@ -1,6 +1,7 @@
 """CompileJob status fields from a published engine's manifest (pure)."""
 
-from tensorkiln.registry.manifest import EngineManifest, ServingTuning
+from tensorkiln_api.registry.manifest import EngineManifest, ServingTuning
+
 from tensorkiln.status.conditions import condition
 
 

@@ -1,10 +1,22 @@
-"""The tensorkiln.dev/v1alpha1 API: pydantic models, the single source of truth for the CRDs.
+"""TensorKiln's contract package: what every deployable (the operator, the compiler, the serving side, the
+client and the local cluster) shares, and nothing else. It imports none of them (`make lint` checks that
+with import-linter, pyproject.toml's [tool.importlinter]).
 
-Parse what the apiserver returns (camelCase, schema defaults applied) with
-`InferenceModelSpec.model_validate(body["spec"])`, which also fills the defaults derived from
-other fields (a field's description says what unset means); write with
-`model.model_dump(by_alias=True, exclude_none=True, mode="json")`.
+- The tensorkiln.dev/v1alpha1 API (this module; common, inferencemodel, compilejob): pydantic models,
+  the single source of truth for the CRDs. Parse what the apiserver returns (camelCase, schema defaults
+  applied) with `InferenceModelSpec.model_validate(body["spec"])`, which also fills the defaults derived
+  from other fields (a field's description says what unset means); write with
+  `model.model_dump(by_alias=True, exclude_none=True, mode="json")`.
+- names: the names derived from a model's.
+- registry: the engine registry (filesystem or S3) and its manifest schema, which the compiler writes, the
+  operator reads and the Triton pods' engine fetch lays out.
+- serving_targets: the Triton releases engines are built for, with their runtime versions.
+- cpuinfo: a node's CPU features, as the compiler's fingerprint records them and the local cluster labels its nodes.
+- batching: the model of Triton's dynamic batcher that the compiler chooses serving settings with and the
+  operator chooses again with when the spec fixes some of them.
 """
+
+__version__ = "0.1.0"  # the product's: images are tagged with it, the manifest records the compiler's
 
 from .common import (
     API_VERSION,

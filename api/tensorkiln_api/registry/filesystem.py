@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from tensorkiln.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryUnavailable
+from tensorkiln_api.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryUnavailable
 
 
 class FilesystemRegistry(Registry):

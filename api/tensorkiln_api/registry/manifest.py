@@ -146,7 +146,7 @@ class InstanceScaling(_Model):
 
 
 class ServingTuning(_Model):
-    """The batcher and instance settings the compile chose for the engine on its node (tensorkiln_compiler.batching):
+    """The batcher and instance settings the compile chose for the engine on its node (tensorkiln_api.batching):
     the measurements the model of the batcher was fed, the choice, and the figures the model gives it."""
 
     setting: BatcherSetting

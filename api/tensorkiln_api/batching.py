@@ -51,7 +51,7 @@ import random
 from collections import deque
 from dataclasses import asdict, dataclass
 
-from tensorkiln.registry.manifest import BatcherSetting, Benchmark, InstanceScaling, ServingTuning, SimulatedLoad
+from tensorkiln_api.registry.manifest import BatcherSetting, Benchmark, InstanceScaling, ServingTuning, SimulatedLoad
 
 QUEUE_DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
 LOADS = (1, 8, 32)  # concurrent clients: a lone one, a moderate load, a high one

@@ -25,7 +25,7 @@ from typing import BinaryIO, NamedTuple
 
 from pydantic import ValidationError
 
-from tensorkiln.registry.manifest import Artifact, CacheKey, EngineManifest, canonical_json
+from tensorkiln_api.registry.manifest import Artifact, CacheKey, EngineManifest, canonical_json
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """The engine registry: content-addressed, hardware-tagged compiled engines."""
 
-from tensorkiln.registry.base import (
+from tensorkiln_api.registry.base import (
     ArtifactIntegrityError,
     EngineNotFound,
     Registry,
     RegistryError,
     RegistryUnavailable,
 )
-from tensorkiln.registry.locations import open_registry
-from tensorkiln.registry.manifest import Artifact, CacheKey, EngineManifest
+from tensorkiln_api.registry.locations import open_registry
+from tensorkiln_api.registry.manifest import Artifact, CacheKey, EngineManifest
 
 __all__ = [
     "Artifact",

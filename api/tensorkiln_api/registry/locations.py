@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from tensorkiln.registry.base import Registry, RegistryError
-from tensorkiln.registry.filesystem import FilesystemRegistry
+from tensorkiln_api.registry.base import Registry, RegistryError
+from tensorkiln_api.registry.filesystem import FilesystemRegistry
 
 # pvc://claim/path is read at PVC_ROOT/claim/path, where the operator's pod mounts the claim (the
 # Helm chart does; compile and Triton pods get a file:// URI from builders.storage instead).
@@ -27,7 +27,7 @@ def open_registry(uri: str) -> Registry:
         registry.uri = uri.rstrip("/")  # engine URIs in status name the claim, as the spec did
         return registry
     if parts.scheme == "s3" and parts.netloc:
-        from tensorkiln.registry.s3 import S3Registry  # minio only when S3 is used
+        from tensorkiln_api.registry.s3 import S3Registry  # minio only when S3 is used
 
         return S3Registry.from_env(parts.netloc, parts.path.strip("/"))
     raise RegistryError(

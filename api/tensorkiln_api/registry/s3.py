@@ -18,7 +18,7 @@ import urllib3
 from minio import Minio
 from minio.error import InvalidResponseError, S3Error, ServerError
 
-from tensorkiln.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryError, RegistryUnavailable
+from tensorkiln_api.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryError, RegistryUnavailable
 
 DEFAULT_ENDPOINT = "https://s3.amazonaws.com"
 
