@@ -42,13 +42,13 @@ from kubernetes import client
 from tensorkiln import kube
 from tensorkiln.controllers.offers import COUNTED_SHARE
 from tensorkiln.scaling.capacity import capacity_at_target
-from tensorkiln.scaling.evaluation import report
 from tensorkiln.scaling.placement import ClassOffer, place
-from tensorkiln.serving.loadgen import OpenLoopLoad, Phase, ReplicaTimeline
 from tensorkiln_local import install
 from tensorkiln_local.cluster import cluster, cost_workload, nodes, paths
 from tensorkiln_local.cluster.cost_workload import POOLS, REPLICA_CPU
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
+from tensorkiln_local.load.evaluation import report
+from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase, ReplicaTimeline
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLICIES = ("PerClass", "LeastCost", "LeastCost+burst")

@@ -65,7 +65,6 @@ from tensorkiln.builders.tritonconfig import (
     selected_settings,
     served_settings,
 )
-from tensorkiln.serving import enginefetch
 from tensorkiln.serving.client import settled_counters
 from tensorkiln_api import CompileJobSpec, ServingOptions, batching
 from tensorkiln_api.registry.manifest import EngineManifest, ServingTuning
@@ -73,6 +72,7 @@ from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_local import perf_analyzer, triton_process
 from tensorkiln_local.cluster.ocr_models import CLS, write_dataset
+from tensorkiln_serving import enginefetch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "e2e" / "results"

@@ -11,7 +11,7 @@ and reused for the second so both get the same arrivals):
 - `cpu-utilisation`: the same InferenceModel with `slo.mode: HPA`, so the operator leaves replicas
   alone (the HPA it emits asks for an External metric that no adapter serves here, so the
   cluster's HPA controller holds replicas). This script then plays the HPA controller with the
-  CPU-utilisation algorithm (tensorkiln.scaling.utilisation, target 70% of the CPU request,
+  CPU-utilisation algorithm (tensorkiln_local.load.utilisation, target 70% of the CPU request,
   15 s sync period, the same scale-down window as the SLO policy), reading each Triton pod's CPU
   time from its processes on local-0 (what cAdvisor reads from cgroups on a real node), and
   patches the same scale subresource.
@@ -44,12 +44,12 @@ from pathlib import Path
 
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.scaling.evaluation import report
-from tensorkiln.scaling.utilisation import UtilisationPolicy
-from tensorkiln.serving.loadgen import run_step_load
 from tensorkiln_local import install
 from tensorkiln_local.cluster import nodes, paths
 from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
+from tensorkiln_local.load.evaluation import report
+from tensorkiln_local.load.loadgen import run_step_load
+from tensorkiln_local.load.utilisation import UtilisationPolicy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOADS = {"simulated": SIMULATED, "detector": DETECTOR}

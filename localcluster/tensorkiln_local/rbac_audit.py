@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from tensorkiln.rbac import Permission
+from tensorkiln_local.rbac import Permission
 
 # Kubernetes' bootstrap ClusterRole system:discovery grants these paths (`get`) to every
 # authenticated user; the chart grants no other non-resource URL. A trailing * is a prefix.

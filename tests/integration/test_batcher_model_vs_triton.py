@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorkiln.serving import enginefetch
 from tensorkiln_api import batching
+from tensorkiln_serving import enginefetch
 
 pytestmark = pytest.mark.serving
 

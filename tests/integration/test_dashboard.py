@@ -11,7 +11,8 @@ after the serving tests (conftest.RUN_LAST), whose Triton pods leave the series 
 
 import pytest
 import requests
-from tensorkiln.observability import dashboard, metrics
+from tensorkiln.observability import metrics
+from tensorkiln_local import dashboard
 from tensorkiln_local.cluster import prometheus
 
 pytestmark = pytest.mark.cluster

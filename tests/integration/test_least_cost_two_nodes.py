@@ -13,12 +13,12 @@ import threading
 
 import pytest
 from kubernetes import client
-from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
 from tensorkiln.status.conditions import find
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local.cluster import cluster, cost_workload, nodes
 from tensorkiln_local.cluster.cost_workload import NAME
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
+from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase
 
 from .helpers import wait_for
 

@@ -1,5 +1,5 @@
 """The API calls the chart's operator really makes, from kube-apiserver's audit log, against
-operator/tensorkiln/rbac.py: every call is in the table for the release's configuration, and
+localcluster/tensorkiln_local/rbac.py: every call is in the table for the release's configuration, and
 none was refused. tests/unit/test_chart.py checks that the chart grants exactly the table.
 
 The release (fixtures: helm_release) watches its own namespace with peering on, a filesystem
@@ -18,8 +18,7 @@ from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client
-from tensorkiln import rbac
-from tensorkiln_local import rbac_audit
+from tensorkiln_local import rbac, rbac_audit
 from tensorkiln_local.cluster.cluster import AUDIT_LOG, audit_lines
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
 
@@ -63,7 +62,9 @@ def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
     print("table rows not exercised:", *comparison.unexercised, sep="\n   ")
     print(f"requests in a quiet {QUIET_SECONDS} s (watches left out):", dict(quiet))
     assert not observed.forbidden, f"refused: {sorted(observed.forbidden, key=repr)}"
-    assert not comparison.not_granted, f"calls missing from operator/tensorkiln/rbac.py: {comparison.not_granted}"
+    assert not comparison.not_granted, (
+        f"calls missing from localcluster/tensorkiln_local/rbac.py: {comparison.not_granted}"
+    )
     # The run did reach the calls that matter: a model reconciled, applied and deleted.
     assert {("inferencemodels/status", "patch"), ("compilejobs", "create"), ("deployments", "create")} <= {
         (c.resource, c.verb) for c in observed.calls

@@ -8,9 +8,9 @@ import time
 
 import pytest
 from kubernetes import client
-from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
 from tensorkiln_local.cluster import nodes, prometheus
 from tensorkiln_local.cluster.slo_workloads import SIMULATED, deploy
+from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase
 
 from .helpers import wait_for
 from .workloads import condition, model_object, scale_events

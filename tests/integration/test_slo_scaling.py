@@ -9,9 +9,9 @@ or a busy one.
 """
 
 import pytest
-from tensorkiln.scaling.evaluation import report, violation_seconds
-from tensorkiln.serving.loadgen import run_step_load
 from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
+from tensorkiln_local.load.evaluation import report, violation_seconds
+from tensorkiln_local.load.loadgen import run_step_load
 
 from .workloads import scale_events
 

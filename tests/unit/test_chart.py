@@ -1,7 +1,7 @@
 """The Helm chart (charts/tensorkiln) and the manifests rendered from it.
 
 Rendered with the helm binary built from the pinned Go module (built on first use, minutes; the
-Makefile's unit step builds it first). RBAC is checked against operator/tensorkiln/rbac.py, the
+Makefile's unit step builds it first). RBAC is checked against localcluster/tensorkiln_local/rbac.py, the
 table of API calls the operator makes: exactly those grants, no wildcards.
 """
 
@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln import rbac
 from tensorkiln.builders import labels, serving
 from tensorkiln_api.registry import RegistryError, open_registry
 from tensorkiln_api.registry.filesystem import FilesystemRegistry
-from tensorkiln_local import install, installmanifests
+from tensorkiln_local import install, installmanifests, rbac
 from tensorkiln_local.cluster import binaries, paths
 from tensorkiln_local.crdgen import render_chart_crds
 from tensorkiln_local.images import build as images
@@ -248,8 +247,8 @@ def test_rbac_grants_exactly_the_api_calls_the_operator_makes(helm, case):
     docs = render(values, api_versions=api_versions)
     expected = rbac.expected_permissions(release_namespace=NAMESPACE, **{"watch_namespaces": [], **expected_args})
     granted = effective_permissions(docs)
-    assert sorted(granted - expected, key=str) == [], "granted beyond operator/tensorkiln/rbac.py"
-    assert sorted(expected - granted, key=str) == [], "operator/tensorkiln/rbac.py needs more than granted"
+    assert sorted(granted - expected, key=str) == [], "granted beyond localcluster/tensorkiln_local/rbac.py"
+    assert sorted(expected - granted, key=str) == [], "localcluster/tensorkiln_local/rbac.py needs more than granted"
 
 
 @pytest.mark.parametrize("case", RBAC_CASES, ids=list(RBAC_CASES))

@@ -2,8 +2,8 @@
 
 import time
 
-from tensorkiln.serving import loadgen
-from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
+from tensorkiln_local.load import loadgen
+from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase
 from tritonclient.utils import InferenceServerException
 
 

@@ -2,15 +2,16 @@
 
 import json
 
-from tensorkiln.observability import dashboard, metrics
+from tensorkiln.observability import metrics
 from tensorkiln.scaling.metrics import queries
+from tensorkiln_local import dashboard
 
 BUILT = dashboard.build()
 
 
 def test_committed_dashboard_is_the_built_one():
     assert dashboard.PATH.read_text() == dashboard.render(), (
-        "charts/tensorkiln/dashboards/tensorkiln.json is stale: python -m tensorkiln.observability.dashboard"
+        "charts/tensorkiln/dashboards/tensorkiln.json is stale: python -m tensorkiln_local.dashboard"
     )
 
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tensorkiln import rbac
-from tensorkiln.rbac import Permission
+from tensorkiln_local import rbac
+from tensorkiln_local.rbac import Permission
 from tensorkiln_local.rbac_audit import NonResourceCall, Observed, compare, grants, observe, requests_since
 
 LINES = (Path(__file__).parent / "rbac_audit_events.jsonl").read_text().splitlines()

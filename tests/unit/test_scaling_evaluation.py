@@ -1,6 +1,6 @@
 import math
 
-from tensorkiln.scaling.evaluation import (
+from tensorkiln_local.load.evaluation import (
     Point,
     direction_changes,
     latency_series,
@@ -9,7 +9,7 @@ from tensorkiln.scaling.evaluation import (
     restore_seconds,
     violation_seconds,
 )
-from tensorkiln.serving.loadgen import Request
+from tensorkiln_local.load.loadgen import Request
 
 
 def _requests(latency_by_second: dict[int, float], per_second: int = 10, failed_at: int | None = None):
@@ -52,7 +52,7 @@ def test_direction_changes_count_turnarounds():
 
 
 def test_server_series_holds_the_newest_sample_each_second():
-    from tensorkiln.scaling.evaluation import server_series
+    from tensorkiln_local.load.evaluation import server_series
 
     points = [Point(0.5, 1, 1, 1, 80.0), Point(2.2, 1, 1, 1, 300.0), Point(2.9, 1, 1, 1, None)]
     assert server_series(points, 4) == [(1.0, 80.0), (2.0, 80.0), (3.0, None), (4.0, None)]

@@ -1,4 +1,4 @@
-from tensorkiln.scaling.utilisation import UtilisationPolicy
+from tensorkiln_local.load.utilisation import UtilisationPolicy
 
 
 def _policy(**overrides):

@@ -1,7 +1,7 @@
 """The capacity measurement's pure parts: the ramp's rates and where it says one replica stops."""
 
 import pytest
-from tensorkiln.serving.capacity import (
+from tensorkiln_local.load.capacity import (
     RAMP_FACTOR,
     RAMP_LIMIT,
     RAMP_START,

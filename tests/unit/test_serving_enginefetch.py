@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from registry_fixtures import flip_byte, make_engine
-from tensorkiln.serving import enginefetch
 from tensorkiln_api.registry import open_registry
 from tensorkiln_api.registry.base import artifact_key
 from tensorkiln_api.registry.manifest import Candidate, Selection, TensorInfo
+from tensorkiln_serving import enginefetch
 from tritonclient.grpc import model_config_pb2
 
 OPENVINO_FILES = {"model.xml": b"<net/>" * 100, "model.bin": bytes(range(256)) * 16}

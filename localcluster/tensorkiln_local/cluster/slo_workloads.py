@@ -28,14 +28,14 @@ from tensorkiln.builders.serving import target_name
 from tensorkiln.hardware.classes import HardwareClass, discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.scaling.metrics import connect, observe
-from tensorkiln.serving import capacity
-from tensorkiln.serving.loadgen import Phase
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_api.registry.manifest import TensorInfo
 
 from tensorkiln_local.cluster import prometheus
 from tensorkiln_local.cluster.engine_seeds import publish_simulation
 from tensorkiln_local.cluster.ocr_models import CLS, DET, OcrModel
+from tensorkiln_local.load import capacity
+from tensorkiln_local.load.loadgen import Phase
 
 STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln-local cluster up` stages the models
 

@@ -48,6 +48,7 @@ _PYTHON_PACKAGE = (
     "api/tensorkiln_api",
     "operator/tensorkiln",
     "compiler-jobs/tensorkiln_compiler",
+    "serving/tensorkiln_serving",
 )
 
 # The images the local cluster runs (`prepare` and `install` build them).

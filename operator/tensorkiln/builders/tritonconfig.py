@@ -7,7 +7,7 @@ One renderer, production's: Triton's native backends, `tensorrt_plan`, `onnxrunt
 by the engine's compiler, as NGC's tritonserver image and TensorKiln's serving image (serving/Dockerfile,
 which the local cluster runs) both have them. The python backend serves one engine only, the one no
 native backend can: a SimulatedServiceTime engine, the SIMULATION that stands in for a GPU on the local
-cluster (tensorkiln.serving.python_backend sleeps its service time per batch; `PYTHON_SERVED`).
+cluster (tensorkiln_serving.python_backend sleeps its service time per batch; `PYTHON_SERVED`).
 
 Batching (model_configuration.md, Maximum Batch Size): max_batch_size > 0 only when both the spec
 and the engine are batched, i.e. axis 0 of every tensor is the batch; dims then leave it out.
@@ -58,7 +58,7 @@ ENGINE_FILES = {
     "OpenVINO": "model.xml",
     "SimulatedServiceTime": "simulation.json",  # a SIMULATION: the python backend's runner sleeps
 }
-# The engines no native backend serves: the python backend runs them (tensorkiln.serving.python_backend).
+# The engines no native backend serves: the python backend runs them (tensorkiln_serving.python_backend).
 PYTHON_SERVED = {"SimulatedServiceTime"}
 NATIVE_PLATFORMS = {"TensorRT": {"platform": "tensorrt_plan"}, "OnnxRuntime": {"platform": "onnxruntime_onnx"},
                     "OpenVINO": {"backend": "openvino"}}  # fmt: skip

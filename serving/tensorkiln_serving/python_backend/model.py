@@ -11,7 +11,7 @@ served by Triton's native backends, locally as on a production cluster
 
     <model>/config.pbtxt            backend: "python"
     <model>/1/model.py              this file
-    <model>/1/engine.json           the manifest fields read here (tensorkiln.serving.enginefetch)
+    <model>/1/engine.json           the manifest fields read here (tensorkiln_serving.enginefetch)
     <model>/1/simulation.json       the simulation's parameters, for the record
 
 config.pbtxt `parameters` (string values): `engine`, optional, the engine digest the config was

@@ -2,7 +2,7 @@
 SLO scaler itself runs (scaling.metrics.queries) with Grafana's template variables in place of
 a target's namespace, model and hardware class, so the dashboard shows what the scaler sees.
 
-`python -m tensorkiln.observability.dashboard` rewrites the file; a unit test fails on drift.
+`python -m tensorkiln_local.dashboard` rewrites the file; a unit test fails on drift.
 
 Layout: variables `namespace` and `model` (one each) and `hardware_class` (several, all by
 default); one row per selected hardware class (Grafana repeats it), that is one per target of
@@ -17,11 +17,12 @@ pod's prometheus.io/* annotations, port TENSORKILN_METRICS_PORT).
 import json
 import re
 import sys
-from pathlib import Path
 
 from tensorkiln.scaling.metrics import queries
 
-PATH = Path(__file__).resolve().parents[3] / "charts/tensorkiln/dashboards/tensorkiln.json"
+from tensorkiln_local.cluster import paths
+
+PATH = paths.CHART_DIR / "dashboards" / "tensorkiln.json"
 PERCENTILE = "p95"
 VARIABLES = {"namespace": "$namespace", "model": "$model", "hardware_class": "$hardware_class"}
 RATE_WINDOW = "$__rate_interval"

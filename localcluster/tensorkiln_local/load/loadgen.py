@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from kubernetes import client
-
-from tensorkiln.scaling.evaluation import Point
 from tensorkiln.serving.client import infer_on, new_connection, service_address, until_routed
+
+from tensorkiln_local.load.evaluation import Point
 
 # Pauses before the retries of a failed request. kube-proxy may route a retry to the same dead pod
 # until its endpoint is withdrawn, a second or two after its container died: the pauses outlast that.

@@ -45,7 +45,7 @@ ENGINE_JSON = "engine.json"
 TERMINATION_LOG = Path("/dev/termination-log")
 MESSAGE_LIMIT = 3500  # Kubernetes keeps 4096 bytes of a termination message; the JSON around it fits
 
-log = logging.getLogger("tensorkiln.serving.enginefetch")
+log = logging.getLogger("tensorkiln_serving.enginefetch")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from kubernetes import client
-
 from tensorkiln.serving.client import GRPC_PORT, infer, ready_endpoints, settled_counters
-from tensorkiln.serving.loadgen import OpenLoopLoad, Phase
+
+from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase
 
 RAMP_START = 0.4  # of the service-time bound
 RAMP_FACTOR = 1.15
