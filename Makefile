@@ -57,8 +57,8 @@ push: venv
 test: lint prepare unit integration
 
 lint: venv docs
-	$(VENV)/bin/ruff check api operator compiler-jobs serving localcluster tests e2e
-	$(VENV)/bin/ruff format --check api operator compiler-jobs serving localcluster tests e2e
+	$(VENV)/bin/ruff check api operator compiler-jobs serving client localcluster tests e2e
+	$(VENV)/bin/ruff format --check api operator compiler-jobs serving client localcluster tests e2e
 	$(VENV)/bin/lint-imports
 
 ## docs: docs/ built with MkDocs into site/, strictly (a broken link or a page left out of the nav fails;

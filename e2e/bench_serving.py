@@ -65,9 +65,9 @@ from tensorkiln.builders.tritonconfig import (
     selected_settings,
     served_settings,
 )
-from tensorkiln.serving.client import settled_counters
 from tensorkiln_api import CompileJobSpec, ServingOptions, batching
 from tensorkiln_api.registry.manifest import EngineManifest, ServingTuning
+from tensorkiln_client.triton import settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.benchmark import BenchmarkPlan
 from tensorkiln_local import perf_analyzer, triton_process

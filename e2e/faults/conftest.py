@@ -78,7 +78,7 @@ def cluster_lock():
 
 
 def cluster_wide_operators() -> list[tuple[int, str]]:
-    """`tensorkiln operator run` processes of this machine, not of a pod (the installed operator's
+    """`tensorkiln-operator run` processes of this machine, not of a pod (the installed operator's
     container is one of a kubelet's), that watch every namespace (no --namespace)."""
     found = []
     for entry in Path("/proc").iterdir():

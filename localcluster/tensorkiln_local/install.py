@@ -291,7 +291,7 @@ def delete_namespace(core: client.CoreV1Api, name: str, timeout: float = 180, un
 
 
 def process_environment(registry_uri: str) -> dict[str, str]:
-    """Settings with which `tensorkiln operator run`, as a process of this machine, acts as the
+    """Settings with which `tensorkiln-operator run`, as a process of this machine, acts as the
     installed operator does (its images, runtime, Prometheus and model roots), with its own registry
     (a pvc:// one read through claims_view, as the pod reads its mount)."""
     pushed = images.pushed(registry.HOST)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 from kubernetes import client
-from tensorkiln.serving import client as triton
 from tensorkiln_api import GROUP, VERSION
+from tensorkiln_client import triton
 
 from tensorkiln_local import install
 from tensorkiln_local.cluster import real_models

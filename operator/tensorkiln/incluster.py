@@ -1,4 +1,4 @@
-"""What the Helm chart's Deployment adds to a plain `tensorkiln operator run` besides peering
+"""What the Helm chart's Deployment adds to a plain `tensorkiln-operator run` besides peering
 (tensorkiln.peering): logging in as the pod's ServiceAccount.
 
 Login: kopf talks to the API with its own client and, by default, takes its credentials from the

@@ -1,4 +1,4 @@
-"""Running the operator in the foreground: `tensorkiln operator run`, the container's command.
+"""Running the operator in the foreground: `tensorkiln-operator run`, the container's command.
 (The chart's Deployment runs it; tests also run it as a process of this machine.)
 
 The one place where the settings are read and the clients built: they go into an

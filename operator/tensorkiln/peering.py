@@ -1,6 +1,6 @@
 """kopf peering: one operator acting at a time.
 
-`tensorkiln operator run --peering NAME` joins the kopf peering object NAME (a ClusterKopfPeering
+`tensorkiln-operator run --peering NAME` joins the kopf peering object NAME (a ClusterKopfPeering
 when watching all namespaces, else a KopfPeering in each watched namespace; the chart creates
 them and kopf's peering CRDs). A second operator for the same objects then pauses instead of
 fighting: a rollout's new pod (the chart also uses `strategy: Recreate`), or a developer's run

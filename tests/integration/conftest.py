@@ -169,7 +169,7 @@ class Operator:
     """The operator as a process of this machine, for tests of operators of their own (peered
     ones, one log format or another, a webhook it registers itself): each such test says why.
 
-    `args` go to `tensorkiln operator run` (e.g. --namespace), `env` over the defaults. /metrics
+    `args` go to `tensorkiln-operator run` (e.g. --namespace), `env` over the defaults. /metrics
     and /healthz get free ports, so operators of several test sessions never collide."""
 
     def __init__(self, log_path, registry_uri, args=(), env=None):
@@ -197,7 +197,7 @@ class Operator:
         }
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorkiln", "operator", "run", *self.args],
+            [sys.executable, "-m", "tensorkiln", "run", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

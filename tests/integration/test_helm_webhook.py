@@ -20,7 +20,7 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 from tensorkiln.admission import certificates, webhook
-from tensorkiln.serving.client import ready_endpoints
+from tensorkiln_client.triton import ready_endpoints
 
 from . import helm_release
 from .helm_release import CLAIM, container_log, wait_operator_ready

@@ -17,11 +17,11 @@ from tensorkiln.builders.tritonconfig import config_dict, parse, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
-from tensorkiln.serving import infer as tensorkiln_infer
-from tensorkiln.serving.client import infer_on, new_connection, ready_endpoints, service_address, until_routed
 from tensorkiln.settings import Settings
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_api.registry import open_registry
+from tensorkiln_client import infer as tensorkiln_infer
+from tensorkiln_client.triton import infer_on, new_connection, ready_endpoints, service_address, until_routed
 from tensorkiln_local.cluster.ocr_models import CLS
 from tensorkiln_local.images.catalog import SERVING_TARGET
 from tensorkiln_local.install import give_to_compiler

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 from kubernetes import client
-from tensorkiln.serving.client import service_address, until_routed
 from tensorkiln_api import GROUP, VERSION
+from tensorkiln_client.triton import service_address, until_routed
 from tensorkiln_local.cluster import paths
 from unit.compiler_support import stateful_model
 

@@ -23,12 +23,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from PIL import Image
-from tensorkiln import cli
 from tensorkiln.builders.tritonconfig import config_dict, render
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.serving.client import infer, settled_counters
-from tensorkiln.serving.request import ServedTensor, image_array
 from tensorkiln_api.registry import open_registry
+from tensorkiln_client import cli
+from tensorkiln_client.request import ServedTensor, image_array
+from tensorkiln_client.triton import infer, settled_counters
 from tensorkiln_compiler import pipeline
 from tensorkiln_compiler.cli import SPEC_ENV, main
 from tensorkiln_compiler.selection import select as by_measurement

@@ -77,9 +77,9 @@ def test_extras_installed_exist_in_pyproject():
 
 def test_operator_entrypoint_is_the_cli_operator_run():
     (entrypoint,) = instructions("operator", "ENTRYPOINT")
-    assert entrypoint == '["tensorkiln", "operator", "run"]'
+    assert entrypoint == '["tensorkiln-operator", "run"]'
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert "tensorkiln" in scripts
+    assert scripts["tensorkiln-operator"] == "tensorkiln.cli:main"
 
 
 def test_compiler_image_has_the_commands_the_operator_runs_in_it():

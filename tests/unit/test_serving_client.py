@@ -11,7 +11,7 @@ from kubernetes.client import (
     V1ServicePort,
     V1ServiceSpec,
 )
-from tensorkiln.serving import client
+from tensorkiln_client import triton
 from tritonclient.utils import InferenceServerException
 
 
@@ -41,9 +41,9 @@ def test_the_address_is_the_cluster_ip_and_the_grpc_port(monkeypatch):
             ports=[V1ServicePort(port=8000, name="http"), V1ServicePort(port=8001, name="grpc")],
         )
     )
-    monkeypatch.setattr(client.client, "CoreV1Api", FakeApis(service, []))
-    assert client.service_address(None, "ns", "ocr") == "10.96.3.4:8001"
-    assert client.service_address(None, "ns", "ocr", "http") == "10.96.3.4:8000"
+    monkeypatch.setattr(triton.client, "CoreV1Api", FakeApis(service, []))
+    assert triton.service_address(None, "ns", "ocr") == "10.96.3.4:8001"
+    assert triton.service_address(None, "ns", "ocr", "http") == "10.96.3.4:8000"
 
 
 def test_ready_endpoints_are_those_the_endpoint_slices_mark_ready(monkeypatch):
@@ -60,8 +60,8 @@ def test_ready_endpoints_are_those_the_endpoint_slices_mark_ready(monkeypatch):
         V1EndpointSlice(address_type="IPv4", metadata=V1ObjectMeta(name="ocr-c"), endpoints=None),
     ]
     apis = FakeApis(V1Service(), slices)
-    monkeypatch.setattr(client.client, "DiscoveryV1Api", apis)
-    assert client.ready_endpoints(None, "ns", "ocr") == ["10.244.0.11", "10.244.1.5"]
+    monkeypatch.setattr(triton.client, "DiscoveryV1Api", apis)
+    assert triton.ready_endpoints(None, "ns", "ocr") == ["10.244.0.11", "10.244.1.5"]
     assert apis.selectors == ["kubernetes.io/service-name=ocr"]
 
 
@@ -78,28 +78,28 @@ def unavailable_then(answer, failures: int, status="StatusCode.UNAVAILABLE", mes
 
 
 def test_until_routed_retries_while_nothing_answers_at_the_cluster_ip(monkeypatch):
-    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    monkeypatch.setattr(triton.time, "sleep", lambda s: None)
     call, calls = unavailable_then("ready", failures=3)
-    assert client.until_routed(call) == "ready"
+    assert triton.until_routed(call) == "ready"
     assert len(calls) == 4
 
 
 def test_until_routed_retries_while_a_shutting_down_pod_has_unloaded_the_model(monkeypatch):
-    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    monkeypatch.setattr(triton.time, "sleep", lambda s: None)
     unloaded = "Request for unknown model: 'ocr-cls' has no available versions"
     call, calls = unavailable_then("ready", failures=2, status="StatusCode.NOT_FOUND", message=unloaded)
-    assert client.until_routed(call) == "ready"
+    assert triton.until_routed(call) == "ready"
     assert len(calls) == 3
 
 
 def test_until_routed_raises_other_errors_at_once_and_unavailable_after_the_grace(monkeypatch):
-    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    monkeypatch.setattr(triton.time, "sleep", lambda s: None)
     unknown = "Request for unknown model: 'ocr-clss' is not found"
     call, calls = unavailable_then("ready", failures=1, status="StatusCode.NOT_FOUND", message=unknown)
     with pytest.raises(InferenceServerException, match="is not found"):
-        client.until_routed(call)
+        triton.until_routed(call)
     assert len(calls) == 1
     call, calls = unavailable_then("ready", failures=10**6)
     with pytest.raises(InferenceServerException):
-        client.until_routed(call, grace_s=0)
+        triton.until_routed(call, grace_s=0)
     assert len(calls) == 1

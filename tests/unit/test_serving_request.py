@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from PIL import Image
-from tensorkiln.serving.request import RequestError, ServedTensor, checked, describe_output, inputs_from, top_k
+from tensorkiln_client.request import RequestError, ServedTensor, checked, describe_output, inputs_from, top_k
 
 IMAGE = ServedTensor("x", "FP32", (-1, 3, 48, 192))
 IDS = ServedTensor("input_ids", "INT64", (-1, -1))

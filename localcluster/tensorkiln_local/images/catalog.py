@@ -49,6 +49,7 @@ _PYTHON_PACKAGE = (
     "operator/tensorkiln",
     "compiler-jobs/tensorkiln_compiler",
     "serving/tensorkiln_serving",
+    "client/tensorkiln_client",
 )
 
 # The images the local cluster runs (`prepare` and `install` build them).

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from kubernetes import client
-from tensorkiln.serving.client import GRPC_PORT, infer, ready_endpoints, settled_counters
+from tensorkiln_client.triton import GRPC_PORT, infer, ready_endpoints, settled_counters
 
 from tensorkiln_local.load.loadgen import OpenLoopLoad, Phase
 

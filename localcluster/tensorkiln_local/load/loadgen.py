@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from kubernetes import client
-from tensorkiln.serving.client import infer_on, new_connection, service_address, until_routed
+from tensorkiln_client.triton import infer_on, new_connection, service_address, until_routed
 
 from tensorkiln_local.load.evaluation import Point
 
