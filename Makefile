@@ -6,10 +6,13 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv prepare demo test lint docs unit integration faults matrix crds manifests down images images-gpu push
 
-$(STAMP): pyproject.toml localcluster/pyproject.toml constraints.txt
+# Every deployable's distribution, editable, with the development tools (pyproject.toml) and the local cluster.
+DISTRIBUTIONS := api operator compiler-jobs serving client localcluster
+$(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]' -e ./localcluster
+	$(PY) -m pip install -q -c constraints.txt -e . -e './api[s3]' -e './operator[s3]' -e ./compiler-jobs \
+		-e ./serving -e ./client -e ./localcluster
 	touch $@
 
 venv: $(STAMP)

@@ -81,7 +81,7 @@ def image_array(path: Path, spec: ServedTensor) -> np.ndarray:
     try:
         from PIL import Image
     except ImportError as error:  # an optional extra: the operator image does not need it
-        raise RequestError("reading images needs Pillow: pip install 'tensorkiln[client]'") from error
+        raise RequestError("reading images needs Pillow: pip install pillow") from error
     height, width, channels, channels_first = image_layout(spec)
     with Image.open(path) as image:
         pixels = np.asarray(image.convert("L" if channels == 1 else "RGB").resize((width, height)))

@@ -1,6 +1,6 @@
 """A virtualenv with a serving target's runtime versions, for benchmarks that compile with them on this machine
 (e2e/bench_compile.py --serving-target): the constraints the compiler image for that target installs with
-(compiler-jobs/serving_targets/<release>.txt over constraints.txt), the same extras plus the benchmarks'.
+(compiler-jobs/serving_targets/<release>.txt over constraints.txt), with every distribution of the tree.
 
 Built once per merged constraints (their digest names it) under the cache. The project itself is installed
 for its dependencies only: `environment` puts this checkout's sources first on PYTHONPATH, so the code
@@ -20,9 +20,10 @@ from tensorkiln_local.cluster import paths
 
 TARGETS_DIR = paths.REPO_ROOT / "compiler-jobs" / "serving_targets"
 RELEASES = sorted(path.stem for path in TARGETS_DIR.glob("*.txt"))  # the targets a compiler image is built for
-SOURCES = [paths.REPO_ROOT / "operator", paths.REPO_ROOT / "compiler-jobs", paths.LOCALCLUSTER_DIR]
-EXTRAS = "compiler,bench"
-EXTRA_PACKAGES = ("rapidocr-onnxruntime==1.4.4",)  # the OCR models bench_compile compiles
+# The distributions, each the directory of its package (the local cluster's brings the OCR models).
+DISTRIBUTIONS = ("api", "operator", "compiler-jobs", "serving", "client", "localcluster")
+SOURCES = [paths.REPO_ROOT / name for name in DISTRIBUTIONS]
+EXTRA_PACKAGES = ("onnx-tool==1.0.1",)  # bench_compile's count of multiply-accumulates
 MARKER = "TENSORKILN_SERVING_TARGET_VENV"  # set in the target's environment: the release it has
 
 
@@ -47,8 +48,7 @@ def ensure(release: str) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(home)], check=True)
         (home / "constraints.txt").write_text(pins)
         pip = [str(python), "-m", "pip", "install", "-q", "-c", str(home / "constraints.txt")]
-        subprocess.run([*pip, f"{paths.REPO_ROOT}[{EXTRAS}]", str(paths.LOCALCLUSTER_DIR), *EXTRA_PACKAGES],
-                       check=True)  # fmt: skip
+        subprocess.run([*pip, *(str(path) for path in SOURCES), *EXTRA_PACKAGES], check=True)
         (home / ".complete").touch()
     return python
 

@@ -62,30 +62,43 @@ def test_pip_installs_with_the_constraints(name):
     assert any("constraints.txt" in c for c in instructions(name, "COPY"))
 
 
-def test_extras_installed_exist_in_pyproject():
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    (run,) = [r for r in instructions("operator", "RUN") if "pip install" in r]
-    assert set(re.search(r'"\.\[([\w,-]+)\]"', run)[1].split(",")) == {"s3"}
+def project(distribution: str) -> dict:
+    return tomllib.loads((ROOT / distribution / "pyproject.toml").read_text())["project"]
+
+
+def installed(name: str) -> str:
+    (run,) = [r for r in instructions(name, "RUN") if "pip install" in r]
+    return run
+
+
+def test_each_image_installs_its_own_distributions_and_no_other():
+    """The operator image has no compiler, serving side or client, the compiler image no operator or client."""
+    assert re.search(r"pip install .* ./api \./operator\[s3\]$", installed("operator"))
+    assert re.search(r'./api "\./compiler-jobs\[\$extras\]" \./serving', installed("compiler"))
+    for name, absent in {"operator": ("compiler-jobs/", "serving/", "client/"),
+                         "compiler": ("operator/", "client/")}.items():  # fmt: skip
+        copied = " ".join(instructions(name, "COPY"))
+        assert not any(path in copied for path in absent), f"{name} copies {absent}: {copied}"
+
+
+def test_extras_installed_exist_in_their_distributions():
+    assert "s3" in project("operator")["optional-dependencies"]
     # The compiler's VARIANT picks them: cpu, then gpu.
-    (run,) = [r for r in instructions("compiler", "RUN") if "pip install" in r]
-    variants = [set(found.split(",")) for found in re.findall(r"extras=([\w,-]+)", run)]
-    assert variants == [{"compiler", "s3"}, {"compiler", "compiler-gpu", "s3"}] and set().union(*variants) <= set(
-        extras
-    )
-    assert '".[$extras]"' in run
+    variants = [set(found.split(",")) for found in re.findall(r"extras=([\w,-]+)", installed("compiler"))]
+    assert variants == [{"s3"}, {"gpu", "s3"}]
+    assert set().union(*variants) <= set(project("compiler-jobs")["optional-dependencies"])
 
 
 def test_operator_entrypoint_is_the_cli_operator_run():
     (entrypoint,) = instructions("operator", "ENTRYPOINT")
     assert entrypoint == '["tensorkiln-operator", "run"]'
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["tensorkiln-operator"] == "tensorkiln.cli:main"
+    assert project("operator")["scripts"]["tensorkiln-operator"] == "tensorkiln.cli:main"
 
 
 def test_compiler_image_has_the_commands_the_operator_runs_in_it():
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     # builders/job.py (compile pods) and builders/serving.py (engine-fetch init container).
-    assert {"tensorkiln-compile", "tensorkiln-engine-fetch"} <= set(scripts)
-    (run,) = [r for r in instructions("compiler", "RUN") if "pip install" in r]
+    assert project("compiler-jobs")["scripts"]["tensorkiln-compile"] == "tensorkiln_compiler.cli:main"
+    assert project("serving")["scripts"]["tensorkiln-engine-fetch"] == "tensorkiln_serving.enginefetch:main"
     # The GPU variant installs the TensorRT wheel its serving target's file pins (test_serving_targets).
+    run = installed("compiler")
     assert '"$VARIANT" = gpu' in run and "tensorrt-cu[0-9]*" in run and "$tensorrt" in run

@@ -41,25 +41,26 @@ class Image:
         return self.binary is None
 
 
-_PYTHON_PACKAGE = (
-    "pyproject.toml",
-    "constraints.txt",
-    "README.md",
-    "api/tensorkiln_api",
-    "operator/tensorkiln",
+_CONTRACT = ("constraints.txt", "api/pyproject.toml", "api/tensorkiln_api")
+# Each image's own distributions (its Dockerfile installs these and no other).
+_OPERATOR = (*_CONTRACT, "operator/pyproject.toml", "operator/tensorkiln")
+_COMPILER = (
+    *_CONTRACT,
+    "compiler-jobs/pyproject.toml",
     "compiler-jobs/tensorkiln_compiler",
+    "compiler-jobs/serving_targets",
+    "serving/pyproject.toml",
     "serving/tensorkiln_serving",
-    "client/tensorkiln_client",
 )
 
 # The images the local cluster runs (`prepare` and `install` build them).
 LOCAL_PRODUCT = (
-    Image("operator", "operator/Dockerfile", _PYTHON_PACKAGE, user="65532"),
+    Image("operator", "operator/Dockerfile", _OPERATOR, user="65532"),
     # Built for the serving image's Triton release: engines are timed with the runtimes that serve them.
     Image(
         "compiler",
         "compiler-jobs/Dockerfile",
-        (*_PYTHON_PACKAGE, "compiler-jobs/serving_targets"),
+        _COMPILER,
         user="65532",
         build_args=(("SERVING_TARGET", SERVING_TARGET),),
     ),
@@ -80,7 +81,7 @@ GPU_SERVING_TARGET = "25.10"
 COMPILER_GPU = Image(
     "compiler-gpu",
     "compiler-jobs/Dockerfile",
-    (*_PYTHON_PACKAGE, "compiler-jobs/serving_targets"),
+    _COMPILER,
     user="65532",
     build_args=(("SERVING_TARGET", GPU_SERVING_TARGET), ("VARIANT", "gpu")),
 )
