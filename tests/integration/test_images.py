@@ -22,8 +22,16 @@ PROBE = (
     "import os, shutil, importlib.util as u; "
     "print('uid', os.getuid()); "
     "print('compilers', [c for c in ('gcc', 'cc', 'g++', 'clang') if shutil.which(c)]); "
-    "print('test-modules', [m for m in ('pytest', 'hypothesis', 'ruff') if u.find_spec(m)])"
+    "print('test-modules', [m for m in ('pytest', 'hypothesis', 'ruff') if u.find_spec(m)]); "
+    "print('packages', sorted(m for m in ('tensorkiln_api', 'tensorkiln', 'tensorkiln_compiler', 'tensorkiln_serving', "
+    "'tensorkiln_client', 'tensorkiln_local') if u.find_spec(m)))"
 )
+# The deployables each image holds (its Dockerfile installs their distributions, and no other's).
+PACKAGES = {
+    "operator": ["tensorkiln", "tensorkiln_api"],
+    "compiler": ["tensorkiln_api", "tensorkiln_compiler", "tensorkiln_serving"],
+    "serving": [],
+}
 
 
 def _pushed() -> dict[str, images.Pushed]:
@@ -78,11 +86,11 @@ def test_the_compiler_builds_with_the_runtimes_the_serving_image_serves_with(api
 
 
 @pytest.mark.parametrize("image", LOCAL_PRODUCT, ids=lambda i: i.name)  # what `install` pushes
-def test_image_runs_as_its_user_without_compilers_or_test_dependencies(api, namespace, image):
+def test_image_runs_as_its_user_with_its_own_packages_and_no_compilers_or_test_dependencies(api, namespace, image):
     pushed = _pushed().get(image.name)
     assert pushed, f"{image.name} was not pushed to {registry.HOST}: run `tensorkiln-local install`"
     log = run_in(api, namespace, pushed.pinned, f"probe-{image.name}", ["python3", "-c", PROBE])
     pod = client.CoreV1Api(api).read_namespaced_pod(f"probe-{image.name}", namespace)
     assert pod.status.container_statuses[0].image_id.endswith(pushed.digest), "pulled by the pushed digest"
     lines = dict(line.split(" ", 1) for line in log.strip().splitlines())
-    assert lines == {"uid": image.user, "compilers": "[]", "test-modules": "[]"}
+    assert lines == {"uid": image.user, "compilers": "[]", "test-modules": "[]", "packages": str(PACKAGES[image.name])}
