@@ -351,11 +351,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--serving-target", choices=target_venv.RELEASES,
                         help="compile with this Triton release's runtime versions (module docstring)")  # fmt: skip
+    parser.add_argument("--output", type=Path, help="where the table goes (default: e2e/results/compile[-RELEASE].md)")
     args = parser.parse_args()
     if args.serving_target and os.environ.get(target_venv.MARKER) != args.serving_target:
         python = str(target_venv.ensure(args.serving_target))
         os.execve(python, [python, __file__, *sys.argv[1:]], target_venv.environment(args.serving_target))
-    results_path = RESULTS.with_name(f"compile-{args.serving_target}.md") if args.serving_target else RESULTS
+    results_path = args.output or (
+        RESULTS.with_name(f"compile-{args.serving_target}.md") if args.serving_target else RESULTS
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     plan = BenchmarkPlan(warmup=3, runs=args.runs, max_runs=max(BenchmarkPlan.max_runs, args.runs), time_cap_s=60)
     results: list[Result] = []

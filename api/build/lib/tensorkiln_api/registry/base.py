@@ -1,0 +1,225 @@
+"""The registry interface: publish, look up and fetch engines, whatever the store behind it.
+
+Every backend lays engines out the same way, relative to its root URI:
+
+    engines/<digest>/manifest.json        canonical JSON; its SHA-256 is the digest
+    engines/<digest>/files/<path>         one object per artifact
+    index/<cache key id>.json             {"digest": ...}: the cache
+
+The ordering and integrity rules live here once; a backend only stores and streams objects
+(`_write`, `_chunks`).
+"""
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from pydantic import ValidationError
+
+from tensorkiln_api.registry.manifest import Artifact, CacheKey, EngineManifest, canonical_json
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 1 << 20
+_DIGEST = re.compile(r"[a-f0-9]{64}")
+
+
+class RegistryError(Exception):
+    """The registry cannot do what was asked (bad URI, bad manifest, store refused)."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The store could not be reached: set a condition and retry later."""
+
+
+class EngineNotFound(RegistryError):
+    """No engine with that digest."""
+
+
+class ArtifactIntegrityError(RegistryError):
+    """A file does not match what its manifest says (missing, other size or SHA-256)."""
+
+
+class NoSuchObject(Exception):
+    """Raised by a backend's `_chunks` for a key the store does not hold."""
+
+
+def manifest_key(digest: str) -> str:
+    return f"engines/{digest}/manifest.json"
+
+
+def artifact_key(digest: str, path: str) -> str:
+    return f"engines/{digest}/files/{path}"
+
+
+def index_key(key: CacheKey) -> str:
+    return f"index/{key.id()}.json"
+
+
+class CachedEngine(NamedTuple):
+    """A cache hit: the engine's digest as stored, which is the sha256 of its manifest's bytes in
+    the store, and the manifest. Never recompute the digest from the manifest: one written before
+    a field was added to the manifest would come out with another digest, naming no engine."""
+
+    digest: str
+    manifest: EngineManifest
+
+
+class Registry(ABC):
+    """An engine registry rooted at `uri`."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"
+
+    @abstractmethod
+    def _write(self, key: str, stream: BinaryIO, size: int) -> None:
+        """Store an object so that readers see all of it or none of it."""
+
+    @abstractmethod
+    def _chunks(self, key: str) -> Iterator[bytes]:
+        """Stream an object; raise NoSuchObject (on the first `next`) when there is none."""
+
+    def engine_uri(self, digest: str) -> str:
+        return f"{self.uri}/engines/{digest}"
+
+    def prepare(self) -> None:
+        """Called once by a long-lived user (the operator) before its first use: create what the
+        store needs to exist (a filesystem root). After it, a store that is gone is unavailable,
+        not empty. Never raises: a store that cannot be prepared reports itself when used."""
+        return None  # an object store (S3) needs nothing
+
+    def publish(self, manifest: EngineManifest, files_dir: Path) -> str:
+        """Store the engine's files, then its manifest, then its index entry; return the digest."""
+        files_dir = Path(files_dir)
+        _check_paths(manifest.artifacts)
+        for artifact in manifest.artifacts:  # all checked before anything is written
+            _verify(artifact, files_dir / artifact.path, f"{files_dir}/{artifact.path}")
+        digest = manifest.digest()
+        if not self._holds_engine(digest):  # an existing manifest means every file is there
+            for artifact in manifest.artifacts:
+                with open(files_dir / artifact.path, "rb") as stream:
+                    self._write(artifact_key(digest, artifact.path), stream, artifact.size)
+            self._write_bytes(manifest_key(digest), canonical_json(manifest.to_json_dict()).encode())
+        self._write_bytes(index_key(manifest.key), json.dumps({"digest": digest}).encode())
+        return digest
+
+    def lookup(self, key: CacheKey) -> CachedEngine | None:
+        """The engine cached for `key`, or None; an unusable index entry is a logged miss."""
+        entry = self._read(index_key(key))
+        if entry is None:
+            return None
+        try:
+            digest = json.loads(entry)["digest"]
+            manifest = self.manifest(digest)
+            if manifest.key != key:
+                raise RegistryError(f"manifest is for another key ({manifest.key.id()})")
+            return CachedEngine(digest, manifest)
+        except RegistryUnavailable:
+            raise  # an unreachable store is no cache miss
+        except (ValueError, KeyError, TypeError, RegistryError) as error:
+            log.warning("registry %s: ignoring index entry %s: %s", self.uri, index_key(key), error)
+            return None
+
+    def manifest(self, digest: str) -> EngineManifest:
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+            raise EngineNotFound(f"{digest!r} is not an engine digest")
+        raw = self._read(manifest_key(digest))
+        if raw is None:
+            raise EngineNotFound(f"no engine {digest} in {self.uri}")
+        actual = hashlib.sha256(raw).hexdigest()
+        if actual != digest:
+            raise ArtifactIntegrityError(
+                f"{self.engine_uri(digest)}/manifest.json: expected sha256 {digest}, got {actual}"
+            )
+        try:
+            return EngineManifest.model_validate_json(raw)
+        except ValidationError as error:
+            raise RegistryError(
+                f"{self.engine_uri(digest)}/manifest.json: not a manifest this version reads: {error}"
+            ) from error
+
+    def fetch(self, digest: str, dest: Path) -> EngineManifest:
+        """Download and verify every artifact into `dest` (absent or empty), all or nothing."""
+        manifest = self.manifest(digest)
+        _check_paths(manifest.artifacts)  # the manifest came from the store: never write outside dest
+        dest = Path(dest)
+        if dest.exists() and any(dest.iterdir()):
+            raise FileExistsError(f"{dest} is not empty")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide the engine from a server running as another user
+        try:
+            for artifact in manifest.artifacts:
+                target = staging / artifact.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self._download(digest, artifact, target)
+            os.replace(staging, dest)  # replaces an empty directory too
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return manifest
+
+    def _download(self, digest: str, artifact: Artifact, target: Path) -> None:
+        where = f"{self.engine_uri(digest)}/files/{artifact.path}"
+        try:
+            with open(target, "wb") as out:
+                for chunk in self._chunks(artifact_key(digest, artifact.path)):
+                    out.write(chunk)
+        except NoSuchObject:
+            raise _missing(artifact, where) from None
+        _verify(artifact, target, where)
+
+    def _holds_engine(self, digest: str) -> bool:
+        raw = self._read(manifest_key(digest))
+        return raw is not None and hashlib.sha256(raw).hexdigest() == digest
+
+    def _read(self, key: str) -> bytes | None:
+        try:
+            return b"".join(self._chunks(key))
+        except NoSuchObject:
+            return None
+
+    def _write_bytes(self, key: str, data: bytes) -> None:
+        self._write(key, io.BytesIO(data), len(data))
+
+
+def _check_paths(artifacts: list[Artifact]) -> None:
+    paths = [artifact.path for artifact in artifacts]
+    for path in paths:
+        if "\\" in path or any(part in ("", ".", "..") for part in path.split("/")):
+            raise RegistryError(f"artifact path {path!r} must be relative, '/'-separated, without '.' or '..'")
+    if len(set(paths)) != len(paths):
+        raise RegistryError(f"artifact paths repeat: {sorted(paths)}")
+
+
+def _verify(artifact: Artifact, file: Path, where: str) -> None:
+    """Raise ArtifactIntegrityError unless `file` has the artifact's size and SHA-256."""
+    try:
+        digest, size = hashlib.sha256(), 0
+        with open(file, "rb") as stream:
+            while chunk := stream.read(CHUNK_SIZE):
+                digest.update(chunk)
+                size += len(chunk)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise _missing(artifact, where) from None
+    if (digest.hexdigest(), size) != (artifact.sha256, artifact.size):
+        raise ArtifactIntegrityError(
+            f"{where}: expected sha256 {artifact.sha256} ({artifact.size} bytes), "
+            f"got sha256 {digest.hexdigest()} ({size} bytes)"
+        )
+
+
+def _missing(artifact: Artifact, where: str) -> ArtifactIntegrityError:
+    return ArtifactIntegrityError(f"{where}: missing (expected sha256 {artifact.sha256})")

@@ -1,0 +1,299 @@
+"""`tensorkiln-local cluster up|down|status|env`: the local cluster's lifecycle.
+
+kwokctl (binary runtime) runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+and the kwok controller as local processes and writes their certificates and kubeconfig.
+On top of that this module applies the CRDs and kwok's simulated GPU pools, starts the local
+image registry (registry.py) and pushes the cluster's own images to it (pause, CoreDNS), sets up
+the network (network.py), starts the real node local-0 (nodes.py: kubelet + containerd + runc),
+kube-proxy and CoreDNS (dns.py), then Prometheus (prometheus.py).
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+from tensorkiln import kube
+
+from tensorkiln_local.cluster import (
+    binaries,
+    dns,
+    kubeproxy,
+    network,
+    nodes,
+    packages,
+    paths,
+    pools,
+    processes,
+    prometheus,
+    registry,
+)
+from tensorkiln_local.images import build as images
+
+LOCAL_NODE = nodes.FIRST
+# What the API server's audit log records (ServiceAccounts' requests), and where kwokctl keeps it.
+AUDIT_POLICY = paths.LOCALCLUSTER_DIR / "audit-policy.yaml"
+AUDIT_LOG = paths.KWOK_CLUSTER_DIR / "logs" / "audit.log"
+
+
+def audit_lines() -> list[str]:
+    """Complete lines of the audit log and its rotated backup (the last line may be mid-write)."""
+    lines = []
+    for path in sorted(AUDIT_LOG.parent.glob("audit*.log")):
+        text = path.read_text()
+        lines += text[: text.rfind("\n") + 1].splitlines()
+    return lines
+
+
+def _kwokctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(paths.BIN_DIR / "kwokctl"), "--name", paths.CLUSTER_NAME, *args],
+        check=check,
+        text=True,
+        capture_output=not check,
+    )
+
+
+def _cluster_exists() -> bool:
+    return (paths.KWOK_CLUSTER_DIR / "kwok.yaml").exists()
+
+
+def _dead_components() -> list[str]:
+    """Control-plane processes kwokctl started that are gone (e.g. a kube-controller-manager that
+    exited on a lost leader lease while the machine was overloaded): kwokctl keeps their pids."""
+    dead = []
+    for pidfile in sorted((paths.KWOK_CLUSTER_DIR / "pids").glob("*.pid")):
+        try:
+            os.kill(int(pidfile.read_text().strip()), 0)
+        except (ValueError, ProcessLookupError):
+            dead.append(pidfile.stem)
+        except PermissionError:  # alive, someone else's
+            pass
+    return dead
+
+
+RESTART_ATTEMPTS = 3
+
+
+def _restart_stopped_components() -> None:
+    """Start what kwokctl started and is gone, until nothing is. After the machine stopped, every
+    component starts at once; an etcd replaying a large backend (40 s after a 1000-model benchmark)
+    is not serving within the kube-apiserver's 20 s storage deadline, and that apiserver exits.
+    The next start finds etcd serving."""
+    for _ in range(RESTART_ATTEMPTS):
+        dead = _dead_components()
+        if not dead and _api_ready():
+            return
+        if dead:
+            print(f"restarting the cluster's stopped components: {', '.join(dead)}", file=sys.stderr)
+        _kwokctl("start", "cluster", "--wait", "60s")  # starts only what is not running
+
+
+def _api_ready() -> bool:
+    if not paths.KUBECONFIG.exists():
+        return False
+    try:
+        with kube.api_client(str(paths.KUBECONFIG)) as api:
+            client.VersionApi(api).get_code(_request_timeout=3)
+        return True
+    except Exception:  # any failure means "not ready yet"; callers wait or restart
+        return False
+
+
+def _cluster_fingerprint(bin_dir: Path, names: list[str] | None = None) -> str:
+    """What the cluster was created from: kwokctl applies its config and the audit policy only at
+    creation. Only the cluster's own binaries count: building helm or versitygw later must not
+    recreate it."""
+    if names is None:
+        names = [c for b in binaries.CLUSTER_BINARIES for c in binaries.BINARIES[b].commands]
+    digest = hashlib.sha256(paths.KWOK_CONFIG.read_bytes())
+    digest.update(AUDIT_POLICY.read_bytes())
+    for name in sorted(names):
+        digest.update(f"{name}={os.readlink(bin_dir / name)}".encode())
+    return digest.hexdigest()
+
+
+def _recorded_fingerprint(recorded: Path, bin_dir: Path, fingerprint: str) -> str:
+    """The recorded fingerprint; one recorded over every link in bin_dir (before only the
+    cluster's binaries counted) is rewritten as today's when it still matches."""
+    text = recorded.read_text()
+    if text != fingerprint and text == _cluster_fingerprint(bin_dir, [p.name for p in bin_dir.iterdir()]):
+        recorded.write_text(fingerprint)
+        return fingerprint
+    return text
+
+
+def _start_control_plane() -> None:
+    bin_dir = binaries.ensure()
+    fingerprint = _cluster_fingerprint(bin_dir)
+    recorded = paths.STATE_DIR / "cluster-fingerprint"
+    if _cluster_exists() and recorded.exists() and _recorded_fingerprint(recorded, bin_dir, fingerprint) != fingerprint:
+        print(
+            "localcluster/kwok.yaml, the audit policy or a binary changed since the cluster was created: recreating it",
+            file=sys.stderr,
+        )
+        down()
+    if _cluster_exists():
+        _restart_stopped_components()
+        return
+    paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(fingerprint)
+    _kwokctl(
+        "--config",
+        str(paths.KWOK_CONFIG),
+        "create",
+        "cluster",
+        "--runtime",
+        "binary",
+        "--kube-apiserver-binary",
+        str(bin_dir / "kube-apiserver"),
+        "--kube-controller-manager-binary",
+        str(bin_dir / "kube-controller-manager"),
+        "--kube-scheduler-binary",
+        str(bin_dir / "kube-scheduler"),
+        "--etcd-binary",
+        str(bin_dir / "etcd"),
+        "--kwok-controller-binary",
+        str(bin_dir / "kwok"),
+        "--disable-qps-limits",
+        "--kube-audit-policy",
+        str(AUDIT_POLICY),
+        "--wait",
+        "120s",
+    )
+
+
+def apply_crds(dynamic: DynamicClient, crds: list[dict]) -> None:
+    """Apply CRDs and wait until the API server serves them."""
+    for crd in crds:
+        kube.apply(dynamic, crd)
+    ext = client.ApiextensionsV1Api(dynamic.client)
+
+    def established() -> bool:
+        for crd in crds:
+            status = ext.read_custom_resource_definition(crd["metadata"]["name"]).status
+            if not any(c.type == "Established" and c.status == "True" for c in status.conditions or []):
+                return False
+        return True
+
+    processes.wait_until(established, "CRDs to be established", 60)
+
+
+def _apply_pools(dynamic: DynamicClient, pool_file: Path) -> None:
+    desired = pools.build_nodes(pools.load(pool_file))
+    for node in desired:
+        kube.apply(dynamic, {k: v for k, v in node.items() if k != "status"})
+        kube.apply(dynamic, node, subresource="status")
+    # Converge: simulated nodes no longer in the pool file go away.
+    wanted = {node["metadata"]["name"] for node in desired}
+    core = client.CoreV1Api(dynamic.client)
+    for node in core.list_node(label_selector=pools.POOL_LABEL).items:
+        if node.metadata.name not in wanted:
+            core.delete_node(node.metadata.name)
+
+
+def _stage_sample_models() -> None:
+    try:
+        from tensorkiln_local.cluster import ocr_models
+    except ImportError:  # the test extra (rapidocr-onnxruntime) is not installed: no CPU samples
+        print("rapidocr-onnxruntime not installed: CPU sample models not staged", file=sys.stderr)
+        return
+    ocr_models.stage(paths.SAMPLE_MODELS / "rapidocr")
+
+
+def api_server() -> str:
+    """The API server's address in the admin kubeconfig (on this machine)."""
+    return yaml.safe_load(paths.KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"]
+
+
+def cluster_image(name: str) -> str:
+    """A cluster image (pause, coredns) built and pushed to the local registry, pinned by digest."""
+    return images.push(images.build_all([name])[0], registry.HOST, "local", tls_verify=False).pinned
+
+
+def start_node(core: client.CoreV1Api, name: str) -> None:
+    """Start (or keep) real node `name`; the registry and network must be up."""
+    nodes.start(core, name, sandbox_image=cluster_image("pause"), registry_host=registry.HOST, api_server=api_server())
+
+
+def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
+    """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent."""
+    packages.ensure(packages.CLUSTER)
+    _stage_sample_models()
+    _start_control_plane()
+    processes.wait_until(_api_ready, "kube-apiserver", 120)
+    registry.start()
+    network.setup()
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        dynamic = DynamicClient(api)
+        apply_crds(dynamic, [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))])
+        _apply_pools(dynamic, pool_file)
+        start_node(client.CoreV1Api(api), LOCAL_NODE)
+        kubeproxy.start(api_server(), LOCAL_NODE)
+        for obj in dns.build_objects(cluster_image("coredns"), {nodes.LOCAL_NODE_LABEL: "true"}):
+            kube.apply(dynamic, obj)
+    prometheus.start()
+    print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
+
+
+def down() -> None:
+    """Stop Prometheus, kube-proxy, the real nodes (their containers, mounts, cgroups
+    and bridges go with them), the network rules and the registry; delete the control plane. The
+    registry's storage and the built images stay: they are a cache."""
+    prometheus.stop()
+    kubeproxy.stop()
+    for name in nodes.existing():
+        nodes.remove(name)
+    network.teardown()
+    registry.stop()
+    if _cluster_exists():
+        _kwokctl("delete", "cluster")
+    print(f"cluster {paths.CLUSTER_NAME} deleted")
+
+
+def status() -> int:
+    """Print what runs; exit code 0 only when the API server answers."""
+    ready = _api_ready()
+    print(f"cluster:      {paths.CLUSTER_NAME} ({'ready' if ready else 'not running'})")
+    print(f"kubeconfig:   {paths.KUBECONFIG}")
+    for name, pidfile in (
+        *((f"kubelet {n}", nodes.RealNode(n).pidfile("kubelet")) for n in nodes.existing() or [LOCAL_NODE]),
+        *((f"containerd {n}", nodes.RealNode(n).pidfile("containerd")) for n in nodes.existing() or [LOCAL_NODE]),
+        ("kube-proxy", kubeproxy.PIDFILE),
+        ("registry", registry.PIDFILE),
+        ("prometheus", prometheus.PIDFILE),
+    ):
+        pid = processes.pid_of(pidfile)
+        print(f"{name + ':':<18} {'running, pid ' + str(pid) if pid else 'not running'}")
+    if not ready:
+        return 1
+    with kube.api_client(str(paths.KUBECONFIG)) as api:
+        counts: dict[str, int] = {}
+        for node in client.CoreV1Api(api).list_node().items:
+            labels = node.metadata.labels or {}
+            if labels.get(nodes.LOCAL_NODE_LABEL) == "true":
+                kind = "cpu (real node: kubelet + containerd)"
+            else:
+                kind = labels.get("nvidia.com/gpu.product", "cpu") + " (simulated by kwok)"
+            counts[kind] = counts.get(kind, 0) + 1
+    for kind, count in sorted(counts.items()):
+        print(f"nodes:        {count:>3} x {kind}")
+    return 0
+
+
+def env() -> str:
+    """Shell lines that point kubectl and helm at the cluster (`eval "$(tensorkiln-local cluster env)"`)."""
+    return (
+        f"export KUBECONFIG={paths.KUBECONFIG}\nexport PATH={paths.BIN_DIR}:{Path(sys.executable).parent}:$PATH\n"
+        f"export TENSORKILN_PROMETHEUS_URL={prometheus.url()}\n"
+    )
+
+
+def build(names: list[str]) -> None:
+    """Build (or find cached) the named binaries; `helm` is built only when asked for."""
+    binaries.ensure(tuple(names) or binaries.CLUSTER_BINARIES)
+    print(paths.BIN_DIR)

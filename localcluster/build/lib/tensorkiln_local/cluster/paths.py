@@ -1,0 +1,42 @@
+"""Where the local cluster keeps its binaries, configuration and state."""
+
+import os
+from pathlib import Path
+
+CLUSTER_NAME = "tensorkiln"
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+LOCALCLUSTER_DIR = REPO_ROOT / "localcluster"
+GO_BUILD_DIR = LOCALCLUSTER_DIR / "build"
+KWOK_CONFIG = LOCALCLUSTER_DIR / "kwok.yaml"
+DEFAULT_POOLS = LOCALCLUSTER_DIR / "pools.yaml"
+CRDS_DIR = REPO_ROOT / "crds"
+# The Helm chart (its crds/ are generated with crds/) and the plain manifests rendered from it.
+CHART_DIR = REPO_ROOT / "charts" / "tensorkiln"
+MANIFESTS_DIR = REPO_ROOT / "manifests"
+API_REFERENCE = REPO_ROOT / "docs" / "reference" / "api.md"
+
+# Build inputs no package registry serves, as local copies (../shared/vendor/ beside the checkout); a
+# build without them fetches the same pinned sources (serving/triton_backends/build.py).
+VENDOR_DIR = Path(os.environ.get("TENSORKILN_VENDOR", REPO_ROOT.parent / "shared" / "vendor"))
+
+# Built binaries live outside the repo so a fresh clone reuses them (keyed by version).
+CACHE_DIR = Path(os.environ.get("TENSORKILN_CACHE", Path.home() / ".cache" / "tensorkiln"))
+BIN_CACHE = CACHE_DIR / "bin"
+# Names the components are invoked by; kwokctl links its own copies to these.
+BIN_DIR = CACHE_DIR / "current-bin"
+
+KWOK_HOME = Path.home() / ".kwok"
+KWOK_CLUSTER_DIR = KWOK_HOME / "clusters" / CLUSTER_NAME
+KUBECONFIG = KWOK_CLUSTER_DIR / "kubeconfig.yaml"
+# The cluster's CA, made by kwokctl: it signs the real nodes' kubelet and kube-proxy certificates
+# (nodes.py, kubeproxy.py), and the API server verifies the kubelets' endpoints with it (kwok.yaml).
+CLUSTER_CA_CERT = KWOK_CLUSTER_DIR / "pki" / "ca.crt"
+CLUSTER_CA_KEY = KWOK_CLUSTER_DIR / "pki" / "ca.key"
+
+# Data of this machine the local cluster serves from: the staged sample models (the model store
+# serves them, install.py) and the registry volume behind the claims `tensorkiln-registry`.
+LOCAL_DATA = Path(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln"))
+SAMPLE_MODELS = LOCAL_DATA / "models"
+
+STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / "tensorkiln"))

@@ -1,0 +1,1 @@
+"""TensorKiln: compile ONNX models per hardware class and serve them with Triton."""

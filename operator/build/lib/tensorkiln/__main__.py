@@ -1,0 +1,3 @@
+from tensorkiln.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Pure builders of the objects the operator applies: same input, same object."""

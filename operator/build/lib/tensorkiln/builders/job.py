@@ -1,0 +1,135 @@
+"""CompileJob -> batch/v1 Job that runs the compiler on a node of the hardware class (pure)."""
+
+import hashlib
+import json
+
+from tensorkiln.builders import labels, storage
+from tensorkiln.builders.naming import bounded_name
+
+# The compiler exits with this code for bad input (unreadable model, wrong digest, ...):
+# retrying cannot help, so the Job fails at once instead of burning its retry budget.
+EXIT_INVALID_INPUT = 2
+SPEC_ENV = "TENSORKILN_COMPILE_SPEC"
+TERMINATION_LOG = "/dev/termination-log"
+# The compiler image's USER (compiler-jobs/Dockerfile): the owner of what compile pods publish.
+COMPILER_UID = 65532
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+# What shapes a Job besides the compile's options: the image, the pod's placement and resources
+# (`hardware`), its deadline and retries. A Job's pod template is immutable, so a change to one of these
+# makes a new Job: a compile that failed for its memory, deadline, retries or image runs again once the
+# spec fixes them (an engine already compiled is a cache hit instead).
+JOB_SHAPING_FIELDS = ("image", "hardware", "deadlineSeconds", "retries")
+
+
+def job_name(compile_job: dict) -> str:
+    """One Job per (CompileJob, options, what shapes the Job, retry after a cluster fault): a changed
+    spec or a retry gets a new Job, never an edited one; 8 hex digits of a hash of them."""
+    spec = compile_job["spec"]
+    shaping = json.dumps({field: spec.get(field) for field in JOB_SHAPING_FIELDS}, sort_keys=True)
+    retry = compile_job.get("status", {}).get("clusterRetries", 0)
+    hashed = [spec["optionsHash"], shaping, *([f"retry {retry}"] if retry else [])]  # no retry: the first name
+    digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()
+    return f"{compile_job['metadata']['name']}-{digest[:8]}"
+
+
+def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
+    """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials)."""
+    spec = compile_job["spec"]
+    hardware = spec["hardware"]
+    source = storage.model_source(spec["source"]["uri"])
+    registry = storage.registry(spec["registry"]["uri"])
+    # The compiler reads both locations as the container sees them.
+    pod_spec_json = {**spec, "source": {**spec["source"], "uri": source.uri}, "registry": {"uri": registry.uri}}
+    meta = compile_job["metadata"]
+    name = job_name(compile_job)
+    pod_labels = {
+        labels.COMPILE_JOB: meta["name"],
+        labels.MODEL: bounded_name(spec["modelName"], max_length=63),
+        labels.HARDWARE_CLASS: hardware["className"],
+        labels.OPTIONS_HASH: spec["optionsHash"][:16],
+        **labels.MANAGED_BY,
+    }
+    container = {
+        "name": "compiler",
+        "image": spec["image"],
+        "command": ["tensorkiln-compile"],
+        "args": ["--termination-log", TERMINATION_LOG, "--work-dir", "/work"],
+        # The spec travels in the environment so the pod needs no API access at all.
+        "env": [
+            {"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))},
+            # The root filesystem is read-only; OpenVINO and NNCF write caches under $HOME.
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "resources": hardware.get("resources", {}),
+        "securityContext": RESTRICTED_CONTAINER,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "work", "mountPath": "/work"},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *source.mounts,
+            *registry.mounts,
+        ],
+    }
+    if registry_secret:
+        container["envFrom"] = [{"secretRef": {"name": registry_secret}}]
+    pod_spec = {
+        "restartPolicy": "Never",
+        "nodeSelector": hardware["nodeSelector"],
+        "tolerations": hardware.get("tolerations", []),
+        # fsGroup: the kubelet gives a registry volume that supports ownership management (most
+        # PersistentVolumes) to this group, writable, so the compiler can publish into it.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": COMPILER_UID,
+            "runAsGroup": COMPILER_UID,
+            "fsGroup": COMPILER_UID,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": [
+            {"name": "work", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            *source.volumes,
+            *registry.volumes,
+        ],
+    }
+    if "nodeAffinity" in hardware:
+        pod_spec["affinity"] = {"nodeAffinity": hardware["nodeAffinity"]}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": pod_labels,
+            "ownerReferences": [labels.owner_reference(compile_job, "CompileJob")],
+        },
+        "spec": {
+            "backoffLimit": spec["retries"],
+            "activeDeadlineSeconds": spec["deadlineSeconds"],
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "compiler", "operator": "In", "values": [EXIT_INVALID_INPUT]},
+                    },
+                    # Evictions and preemptions are not the compiler's fault.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                ]
+            },
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,36 @@
+"""`tensorkiln-operator run`: the operator in the foreground, the container's command.
+
+A request to a served model is the client's command (`tensorkiln infer`, the package tensorkiln_client).
+The development commands (the local cluster, generated files) are `tensorkiln-local`, in the
+tensorkiln-local distribution under localcluster/, which the images do not install."""
+
+import argparse
+import sys
+
+
+def _run(args) -> int:
+    from tensorkiln import operator_runner
+
+    if args.all_namespaces and args.namespace:
+        sys.exit("tensorkiln-operator run: --all-namespaces and --namespace exclude each other")
+    operator_runner.run(args.namespace, args.log_format, args.peering)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="tensorkiln-operator", description=" ".join(__doc__.split()))
+    commands = root.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run in the foreground (the container's command)")
+    run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
+    run.add_argument("--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    run.add_argument("--peering", help="join this kopf peering object (the chart's Deployment; default: standalone)")
+    run.add_argument(
+        "--log-format", choices=["json", "full", "plain"], help="default: TENSORKILN_LOG_FORMAT, else json"
+    )
+    run.set_defaults(func=_run)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    sys.exit(args.func(args))

@@ -1,0 +1,1 @@
+"""Reconcilers: gather observed state, call pure builders and status policies, apply results."""

@@ -1,0 +1,1 @@
+"""Pure status policy: observed objects in, status out (Kubernetes API conventions)."""
