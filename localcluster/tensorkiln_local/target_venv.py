@@ -2,18 +2,20 @@
 (e2e/bench_compile.py --serving-target): the constraints the compiler image for that target installs with
 (compiler-jobs/serving_targets/<release>.txt over constraints.txt), with every distribution of the tree.
 
-Built once per merged constraints (their digest names it) under the cache. The project itself is installed
-for its dependencies only: `environment` puts this checkout's sources first on PYTHONPATH, so the code
-that runs is the tree's, whichever clone built the virtualenv.
+Built once per merged constraints and requirements (their digest names it) under the cache. It holds the distributions'
+dependencies only, not the distributions (which pip would build inside the tree): `environment` puts this
+checkout's sources on PYTHONPATH, so the code that runs is the tree's, whichever clone built the virtualenv.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from tensorkiln_local.cluster import paths
@@ -24,6 +26,7 @@ RELEASES = sorted(path.stem for path in TARGETS_DIR.glob("*.txt"))  # the target
 DISTRIBUTIONS = ("api", "operator", "compiler-jobs", "serving", "client", "localcluster")
 SOURCES = [paths.REPO_ROOT / name for name in DISTRIBUTIONS]
 EXTRA_PACKAGES = ("onnx-tool==1.0.1",)  # bench_compile's count of multiply-accumulates
+OWN = re.compile(r"^tensorkiln(-[a-z]+)?\b")  # the tree's own distributions, which PYTHONPATH provides
 MARKER = "TENSORKILN_SERVING_TARGET_VENV"  # set in the target's environment: the release it has
 
 
@@ -40,17 +43,28 @@ def constraints(release: str) -> str:
 
 def ensure(release: str) -> Path:
     """The target's virtualenv's python, built the first time (minutes: pip downloads the runtimes)."""
-    pins = constraints(release)
-    home = paths.CACHE_DIR / "target-venvs" / f"{release}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
+    pins, wanted = constraints(release), requirements()
+    key = hashlib.sha256("\n".join([pins, *wanted, *EXTRA_PACKAGES]).encode()).hexdigest()[:12]
+    home = paths.CACHE_DIR / "target-venvs" / f"{release}-{key}"
     python = home / "bin" / "python"
     if not (home / ".complete").exists():
         shutil.rmtree(home, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(home)], check=True)
         (home / "constraints.txt").write_text(pins)
         pip = [str(python), "-m", "pip", "install", "-q", "-c", str(home / "constraints.txt")]
-        subprocess.run([*pip, *(str(path) for path in SOURCES), *EXTRA_PACKAGES], check=True)
+        subprocess.run([*pip, *wanted, *EXTRA_PACKAGES], check=True)
         (home / ".complete").touch()
     return python
+
+
+def requirements() -> list[str]:
+    """What the distributions need, every extra included, but one another (pure over their pyproject.toml)."""
+    found = set()
+    for source in SOURCES:
+        project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
+        extras = project.get("optional-dependencies", {}).values()
+        found.update(r for r in [*project.get("dependencies", []), *(r for extra in extras for r in extra)])
+    return sorted(r for r in found if not OWN.match(r))
 
 
 def environment(release: str) -> dict[str, str]:

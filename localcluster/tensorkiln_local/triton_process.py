@@ -47,7 +47,7 @@ def local_tritonserver(backends_root: Path) -> TritonServer:
     """The nvidia-pytriton wheel's server, with its python backend set up under `backends_root`."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("the nvidia-pytriton wheel is not installed: pip install tensorkiln-local (it pins nvidia-pytriton)")
+        raise FileNotFoundError("the nvidia-pytriton wheel is not installed: pip install tensorkiln-local (it pins it)")
     package = Path(spec.origin).parent
     dist = package / "tritonserver"
     python = f"{sys.version_info.major}.{sys.version_info.minor}"

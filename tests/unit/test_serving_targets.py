@@ -89,3 +89,11 @@ def test_a_targets_benchmark_virtualenv_has_its_runtimes_and_no_tensorrt(release
     assert (pins["onnxruntime"], pins["openvino"]) == (target.onnxruntime, target.openvino)
     assert not any(name.startswith("tensorrt") for name in pins)  # NVIDIA's index serves its libraries only
     assert pins["numpy"] == pinned((ROOT / "constraints.txt").read_text())["numpy"]  # the rest: constraints.txt
+
+
+def test_a_targets_benchmark_virtualenv_gets_the_trees_dependencies_but_not_its_own_distributions():
+    from tensorkiln_local import target_venv
+
+    names = {re.split(r"[\[=<>]", r)[0] for r in target_venv.requirements()}
+    assert {"onnxruntime", "openvino", "nncf", "pydantic", "kopf", "nvidia-pytriton"} <= names
+    assert not [name for name in names if name.startswith("tensorkiln")]  # PYTHONPATH gives the tree's

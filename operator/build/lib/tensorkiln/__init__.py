@@ -1,1 +1,0 @@
-"""TensorKiln: compile ONNX models per hardware class and serve them with Triton."""

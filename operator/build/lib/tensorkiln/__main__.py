@@ -1,3 +1,0 @@
-from tensorkiln.cli import main
-
-main()

@@ -1,1 +1,0 @@
-"""Pure builders of the objects the operator applies: same input, same object."""

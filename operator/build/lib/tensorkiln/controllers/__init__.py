@@ -1,1 +1,0 @@
-"""Reconcilers: gather observed state, call pure builders and status policies, apply results."""

@@ -1,1 +1,0 @@
-"""Pure status policy: observed objects in, status out (Kubernetes API conventions)."""
