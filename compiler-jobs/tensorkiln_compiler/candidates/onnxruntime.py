@@ -11,9 +11,10 @@ instances, and one thread skips the thread pool's hand-offs that dominate small 
 transformations, which cost reorders on some graphs): its own file, since a file saved at
 ORT_ENABLE_ALL keeps the layout ALL gave it whatever level later loads it.
 
-Output shapes: each build records those its file declares (Build.output_dims), which Triton's onnxruntime
-backend checks the config against: an optimised file can declare a size the source left symbolic
-(minilm-l3's '461' became [-1, 384]), and the backend refuses a config's -1 against a fixed size.
+Output shapes: each build records those onnxruntime itself gives its file's outputs (Build.output_dims), which
+Triton's onnxruntime backend checks the config against: onnxruntime's shape inference can fix a size the file
+declares symbolic (minilm-l3's '461', declared [?, ?], is [?, 384] to onnxruntime 1.19 and 1.32 alike), and the
+backend refuses a config's -1 against a fixed size (minilm-l3's Triton pod crash-looped so, make matrix 12-07).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def baseline(ctx: BuildContext) -> Build:
         settings={"graphOptimizationLevel": "default", "intraOpNumThreads": ctx.threads, "providers": chosen},
         open=lambda: OrtRunner(ctx.model.path, session_options(ctx.threads), chosen),
         baseline=True,
-        output_dims=declared_output_dims(ctx.model.path),
+        output_dims=output_dims(ctx.model.path),
     )
 
 
@@ -159,19 +160,17 @@ def _opened(precision: Precision, out: Path, settings: dict, variant: str = "") 
         settings=settings,
         open=lambda: OrtRunner(out, session_options(threads, level), chosen),
         variant=variant,
-        output_dims=declared_output_dims(out),
+        output_dims=output_dims(out),
     )
 
 
-def declared_output_dims(path: Path) -> dict[str, list[int]]:
-    """Each graph output's shape as the file declares it, -1 where a size is symbolic or unknown; outputs that
-    declare no shape are left out (their inspected one stands). The weights are not read."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return {
-        output.name: [d.dim_value if d.HasField("dim_value") else -1 for d in output.type.tensor_type.shape.dim]
-        for output in graph.output
-        if output.type.tensor_type.HasField("shape")
-    }
+def output_dims(path: Path) -> dict[str, list[int]]:
+    """Each output's shape as onnxruntime gives it for the file (its graph resolved, no optimisation run), -1
+    where a size stays symbolic."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=[CPU])
+    return {o.name: [d if isinstance(d, int) else -1 for d in o.shape] for o in session.get_outputs()}
 
 
 def settings_variants(ctx: BuildContext, build: Build, source: Path) -> list[Build]:
