@@ -1,5 +1,4 @@
 import pytest
-from tensorkiln_compiler import benchmark
 from tensorkiln_compiler.benchmark import BenchmarkPlan, measure_all, settled
 from tensorkiln_compiler.candidates import Runner
 
@@ -37,11 +36,10 @@ class Scripted(Runner):
     clock: the timings are exactly these, whatever the machine's load."""
 
     def __init__(self, seconds, monkeypatch):
-        self.seconds, self.now = iter(seconds), 0.0
-        monkeypatch.setattr(benchmark.time, "perf_counter", lambda: self.now)
+        self.seconds, self.clock = iter(seconds), FakeClock(monkeypatch)
 
     def run(self, feeds):
-        self.now += next(self.seconds)
+        self.clock.now += next(self.seconds)
         return []
 
 
