@@ -8,7 +8,7 @@
     manifests/install/kustomization.yaml `kubectl apply -k manifests/install`: the operator
     manifests/kustomization.yaml         `kubectl apply -k manifests`: the operator and manifests/samples
 
-The helm binary is built from the pinned Go module (localcluster/build/helm) on first use.
+The helm binary is built from the pinned Go module (localcluster/go/cluster) on first use.
 tests/unit/test_chart.py re-renders and fails on drift.
 """
 

@@ -6,6 +6,9 @@ caches it does nothing but check them."""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tensorkiln_local.cluster import binaries, packages
@@ -22,8 +25,15 @@ def prepare(tests: bool = False) -> None:
     packages.ensure({**packages.CLUSTER, **packages.IMAGES})  # apt-get once, before anything runs beside it
     with ThreadPoolExecutor(max_workers=2) as pool:
         builds = [
-            pool.submit(binaries.ensure, BINARIES + (TEST_BINARIES if tests else ())),
-            pool.submit(images.build_all, [image.name for image in LOCAL_PRODUCT]),
+            pool.submit(_timed, "Go binaries", binaries.ensure, BINARIES + (TEST_BINARIES if tests else ())),
+            pool.submit(_timed, "images", images.build_all, [image.name for image in LOCAL_PRODUCT]),
         ]
         for done in builds:
             done.result()
+
+
+def _timed(what: str, build: Callable, names) -> None:
+    """Run one side, saying how long it took (a cold start's figures; a warm check takes seconds)."""
+    started = time.monotonic()
+    build(names)
+    print(f"prepare: {what} ready in {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The chart's webhook in cert-manager mode, with the real cert-manager: its CRDs from the pinned
-module's deploy/crds, its controller and cainjector built from Go modules (localcluster/build/
-certmanager) and run as local processes acting in the release's namespace only. cert-manager
+module's deploy/crds, its controller and cainjector built from Go modules (localcluster/go/
+cluster) and run as local processes acting in the release's namespace only. cert-manager
 issues the chart's Certificate from its self-signed Issuer into the Secret the operator mounts,
 cainjector writes the CA into the chart's ValidatingWebhookConfiguration, and the real API server
 calls the webhook through the chart's Service (kube-proxy routes its ClusterIP).

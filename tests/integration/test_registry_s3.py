@@ -1,5 +1,5 @@
 """The S3 registry against a real S3 server: versitygw (posix backend), built from a pinned Go
-module on first use (`localcluster/build/versitygw`), started on a free loopback port."""
+module on first use (`localcluster/go/versitygw`), started on a free loopback port."""
 
 import io
 import os

@@ -1,27 +1,90 @@
-"""The local cluster's builds: Go binaries built side by side and linked by command name; `prepare`
+"""The local cluster's builds: one `go build` per Go module, binaries linked by command name; `prepare`
 builds the binaries and the images at once."""
 
+import re
 import threading
+from pathlib import Path
 
 import pytest
 from tensorkiln_local import prepare
 from tensorkiln_local.cluster import binaries, paths
 
 
-def test_missing_binaries_build_side_by_side_and_every_command_is_linked(monkeypatch, tmp_path):
-    monkeypatch.setattr(paths, "BIN_DIR", tmp_path / "bin")
-    together = threading.Barrier(2, timeout=5)  # two builds must be under way at once, or this times out
+def _fake_go_build(calls, together):
+    """Stands in for `go build -o DIR/ PKG...`: records the call and writes each package's file."""
 
-    def build(binary):
+    def run(argv, cwd, env, check):
         together.wait()
-        path = tmp_path / f"{binary.name}-built"
-        path.write_text(binary.name)
-        return path
+        calls.append((Path(cwd).name, argv[argv.index("-o") + 2 :]))
+        for package in argv[argv.index("-o") + 2 :]:
+            Path(argv[argv.index("-o") + 1], binaries.output_name(package)).write_text(package)
 
-    monkeypatch.setattr(binaries, "build", build)
-    assert binaries.ensure(("kwok", "kwokctl")) == tmp_path / "bin"
-    assert (tmp_path / "bin" / "kwok").resolve() == tmp_path / "kwok-built"
-    assert (tmp_path / "bin" / "kwokctl").resolve() == tmp_path / "kwokctl-built"
+    return run
+
+
+def test_one_go_build_per_module_the_modules_side_by_side_and_every_command_linked(monkeypatch, tmp_path):
+    monkeypatch.setattr(paths, "BIN_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(paths, "BIN_DIR", tmp_path / "bin")
+    calls = []
+    together = threading.Barrier(2, timeout=5)  # both modules' builds must be under way at once
+    monkeypatch.setattr(binaries.subprocess, "run", _fake_go_build(calls, together))
+
+    assert binaries.ensure(("kube", "etcd", "helm", "versitygw")) == tmp_path / "bin"
+
+    assert sorted(calls) == [
+        ("cluster", ["./cmd/kube", "go.etcd.io/etcd/server/v3", "helm.sh/helm/v3/cmd/helm"]),
+        ("versitygw", ["github.com/versity/versitygw/cmd/versitygw"]),
+    ]
+    for command, package in [("kubectl", "./cmd/kube"), ("kubelet", "./cmd/kube"), ("etcd", "go.etcd.io/etcd/server/v3")]:
+        assert (tmp_path / "bin" / command).read_text() == package
+    assert (tmp_path / "bin" / "helm").resolve() == binaries.cached_path(binaries.BINARIES["helm"])
+
+    calls.clear()
+    binaries.ensure(("kube", "etcd"))
+    assert calls == []  # cached: nothing is built again
+
+
+@pytest.mark.parametrize(
+    "package, name",
+    [("./cmd/kube", "kube"), ("go.etcd.io/etcd/server/v3", "server"), ("sigs.k8s.io/kwok/cmd/kwokctl", "kwokctl")],
+)  # fmt: skip
+def test_output_name_is_the_file_go_build_writes(package, name):
+    assert binaries.output_name(package) == name
+
+
+def test_a_binarys_cache_key_follows_its_module_pins_and_its_own_sources_only(monkeypatch, tmp_path):
+    module = tmp_path / "cluster"
+    for name in ("kube", "kstatus"):
+        (module / "cmd" / name).mkdir(parents=True)
+        (module / "cmd" / name / "main.go").write_text(f"package main // {name}")
+    (module / "go.mod").write_text("module example\n")
+    monkeypatch.setattr(paths, "GO_MODULES_DIR", tmp_path)
+    kube, etcd = binaries.BINARIES["kube"], binaries.BINARIES["etcd"]
+    before = binaries.cached_path(kube), binaries.cached_path(etcd)
+
+    (module / "cmd" / "kstatus" / "main.go").write_text("package main // changed")
+    assert (binaries.cached_path(kube), binaries.cached_path(etcd)) == before
+    (module / "cmd" / "kube" / "main.go").write_text("package main // changed")
+    assert binaries.cached_path(kube) != before[0] and binaries.cached_path(etcd) == before[1]
+    (module / "go.mod").write_text("module example\n\nrequire example.org/x v1.0.0\n")
+    assert binaries.cached_path(etcd) != before[1]
+
+
+def test_every_binary_is_a_command_its_module_builds():
+    """An upstream command is one of its module's `tool` lines (so go.mod pins it); a local one is a
+    main package of the module's cmd/."""
+    for binary in binaries.BINARIES.values():
+        module = binaries.module_dir(binary)
+        if binary.package.startswith("./"):
+            assert "package main" in (module / binary.package / "main.go").read_text(), binary.name
+        else:
+            assert binary.package in _tools(module / "go.mod"), binary.name
+
+
+def _tools(go_mod: Path) -> set[str]:
+    text = go_mod.read_text()
+    blocks = re.findall(r"^tool \(\n(.*?)^\)", text, re.M | re.S)
+    return set(re.findall(r"^tool ([^\s(]\S*)$", text, re.M)) | {line.strip() for block in blocks for line in block.splitlines()}
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,23 @@
 """Build the cluster's upstream binaries from pinned Go modules, once, into a cache.
 
-Each Go module in localcluster/build pins one upstream project. The cache key is the
-component's version plus a digest of its go.mod/go.sum, so a pin change rebuilds and
-nothing else does.
+One Go module, localcluster/go/cluster, pins every upstream project the cluster runs (Kubernetes,
+etcd, kwok, CoreDNS, helm, cert-manager, kstatus), so minimal version selection gives them all one
+version of each shared library (client-go, grpc, protobuf...) and one `go build` compiles each
+shared package once for all of them. Separate modules compiled about twice as much Go source: four
+versions of client-go, four of grpc. versitygw, which only the S3 tests run and which shares little,
+keeps its own module.
+
+A binary's cache key is its upstream version plus a digest of its module's go.mod/go.sum and of its
+own sources there, so a pin change rebuilds and nothing else does.
 """
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
+import tempfile
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,118 +29,136 @@ KUBERNETES_VERSION = "v1.37.2"
 
 @dataclass(frozen=True)
 class GoBinary:
-    """One binary built from a module directory under localcluster/build."""
+    """One binary built from a Go module under localcluster/go."""
 
     name: str
-    module_dir: str
-    package: str
-    version: str
+    module: str  # the module's directory under localcluster/go
+    package: str  # an upstream command, or ./cmd/<name> of the module
+    version: str  # the upstream release it is built from
     # Names this binary answers to (a multi-call binary dispatches on argv[0]).
     commands: tuple[str, ...]
-    ldflags: str = ""
 
 
-_KUBE_LDFLAGS = " ".join(
-    f"-X k8s.io/component-base/version.{key}={value}"
-    for key, value in {
-        "gitVersion": KUBERNETES_VERSION,
-        "gitMajor": "1",
-        "gitMinor": KUBERNETES_VERSION.split(".")[1],
-        "gitTreeState": "clean",
-    }.items()
-)
+# Link-time settings of each module's binaries (one `go build` builds them all). The version stamp
+# concerns only what links k8s.io/component-base, at v0.37.2 in every binary of the module.
+MODULE_LDFLAGS = {
+    "cluster": " ".join(
+        f"-X k8s.io/component-base/version.{key}={value}"
+        for key, value in {
+            "gitVersion": KUBERNETES_VERSION,
+            "gitMajor": "1",
+            "gitMinor": KUBERNETES_VERSION.split(".")[1],
+            "gitTreeState": "clean",
+        }.items()
+    ),
+    "versitygw": "-X main.Version=v1.8.0",
+}
 
 BINARIES = {
     b.name: b
     for b in (
         GoBinary(
             "kube",
-            "kube",
-            ".",
+            "cluster",
+            "./cmd/kube",
             KUBERNETES_VERSION,
             ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"),
-            _KUBE_LDFLAGS,
         ),
-        GoBinary("etcd", "etcd", "go.etcd.io/etcd/server/v3", "v3.6.16", ("etcd",)),
-        GoBinary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "v0.8.0", ("kwok",)),
-        GoBinary("kwokctl", "kwok", "sigs.k8s.io/kwok/cmd/kwokctl", "v0.8.0", ("kwokctl",)),
+        GoBinary("etcd", "cluster", "go.etcd.io/etcd/server/v3", "v3.7.2", ("etcd",)),
+        GoBinary("kwok", "cluster", "sigs.k8s.io/kwok/cmd/kwok", "v0.8.0", ("kwok",)),
+        GoBinary("kwokctl", "cluster", "sigs.k8s.io/kwok/cmd/kwokctl", "v0.8.0", ("kwokctl",)),
         # The cluster's DNS (CoreDNS with the kubernetes plugin), and the pods' sandbox process: both
         # run in images FROM scratch (tensorkiln_local.images.cluster).
-        GoBinary("coredns", "coredns", ".", "v1.15.0", ("coredns",)),
-        GoBinary("pause", "pause", ".", "v1.0.0", ("pause",)),
-        GoBinary("helm", "helm", "helm.sh/helm/v3/cmd/helm", "v3.22.0", ("helm",)),
-        # S3-compatible server (posix backend) for the engine registry's tests.
-        GoBinary(
-            "versitygw",
-            "versitygw",
-            "github.com/versity/versitygw/cmd/versitygw",
-            "v1.8.0",
-            ("versitygw",),
-            "-X main.Version=v1.8.0",
-        ),
+        GoBinary("coredns", "cluster", "./cmd/coredns", "v1.15.0", ("coredns",)),
+        GoBinary("pause", "cluster", "./cmd/pause", "v1.0.0", ("pause",)),
+        GoBinary("helm", "cluster", "helm.sh/helm/v3/cmd/helm", "v3.22.0", ("helm",)),
         # The health Flux, kpt and cli-utils compute (kstatus), by the real library, for the GitOps test.
-        GoBinary("kstatus", "kstatus", ".", "v0.37.2", ("kstatus",)),
+        GoBinary("kstatus", "cluster", "./cmd/kstatus", "v0.37.2", ("kstatus",)),
         # cert-manager's controller and cainjector (one binary, by argv[0]), for the chart's
-        # cert-manager mode test; main.go wires upstream's controllers (its cmd/ modules are not served).
+        # cert-manager mode test; its main.go wires upstream's controllers (its cmd/ modules are not served).
         GoBinary(
             "certmanager",
-            "certmanager",
-            ".",
+            "cluster",
+            "./cmd/certmanager",
             "v1.21.2",
             ("cert-manager-controller", "cert-manager-cainjector"),
         ),
+        # S3-compatible server (posix backend) for the engine registry's tests.
+        GoBinary("versitygw", "versitygw", "github.com/versity/versitygw/cmd/versitygw", "v1.8.0", ("versitygw",)),
     )
 }
-
-# Go builds run at once, up to this many: each waits on module downloads and links on one core, so
-# two or three side by side keep 2 cores busy (more only adds memory).
-CONCURRENT_BUILDS = 3
 
 # What the cluster itself needs; helm (`tensorkiln-local cluster build helm`) and versitygw (the S3
 # registry tests) are built on demand.
 CLUSTER_BINARIES = ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause")
 
 
-def _module_digest(module_dir: Path) -> str:
+def module_dir(binary: GoBinary) -> Path:
+    return paths.GO_MODULES_DIR / binary.module
+
+
+def _digest(binary: GoBinary) -> str:
+    root = module_dir(binary)
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        if (module_dir / name).exists():
-            digest.update((module_dir / name).read_bytes())
+    own = sorted((root / binary.package).glob("*.go")) if binary.package.startswith("./") else []
+    for path in [root / "go.mod", root / "go.sum", *own]:
+        if path.exists():
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
 def cached_path(binary: GoBinary) -> Path:
-    module_dir = paths.GO_BUILD_DIR / binary.module_dir
-    return paths.BIN_CACHE / f"{binary.name}-{binary.version}-{_module_digest(module_dir)}"
+    return paths.BIN_CACHE / f"{binary.name}-{binary.version}-{_digest(binary)}"
+
+
+def output_name(package: str) -> str:
+    """The file `go build -o DIR/` writes a command package to: its last path element, or the one
+    before a major-version suffix (go.etcd.io/etcd/server/v3 -> server)."""
+    parts = package.rstrip("/").split("/")
+    return parts[-2] if len(parts) > 1 and re.fullmatch(r"v[2-9][0-9]*", parts[-1]) else parts[-1]
+
+
+def _go_build(module: str, wanted: list[GoBinary]) -> None:
+    """Build `wanted`, all of one module, in one `go build`: its packages compile once for all."""
+    paths.BIN_CACHE.mkdir(parents=True, exist_ok=True)
+    names = ", ".join(b.name for b in wanted)
+    print(f"building {names} from localcluster/go/{module} (first time only; minutes)", file=sys.stderr)
+    # Built beside the cache, then renamed into it: a killed build never leaves a half binary there.
+    with tempfile.TemporaryDirectory(prefix=f".{module}-", dir=paths.BIN_CACHE) as out:
+        ldflags = f"-s -w {MODULE_LDFLAGS.get(module, '')}".strip()
+        subprocess.run(
+            ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{out}/", *(b.package for b in wanted)],
+            cwd=paths.GO_MODULES_DIR / module,
+            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+            check=True,
+        )
+        for binary in wanted:
+            Path(out, output_name(binary.package)).rename(cached_path(binary))
+
+
+def build_all(wanted: list[GoBinary]) -> dict[str, Path]:
+    """Every binary of `wanted`, cached; those missing are built, one `go build` per module, the
+    modules side by side."""
+    by_module: dict[str, list[GoBinary]] = defaultdict(list)
+    for binary in wanted:
+        if not cached_path(binary).exists():
+            by_module[binary.module].append(binary)
+    if by_module:
+        with ThreadPoolExecutor(max_workers=len(by_module)) as pool:
+            for done in [pool.submit(_go_build, module, group) for module, group in by_module.items()]:
+                done.result()
+    return {binary.name: cached_path(binary) for binary in wanted}
 
 
 def build(binary: GoBinary) -> Path:
     """Return the cached binary, building it first when the cache lacks it."""
-    target = cached_path(binary)
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Its own name: a version's dots make with_suffix() cut it, and two builds may run at once.
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    ldflags = f"-s -w {binary.ldflags}".strip()
-    print(f"building {binary.name} {binary.version} (first time only; minutes)", file=sys.stderr)
-    subprocess.run(
-        ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(partial), binary.package],
-        cwd=paths.GO_BUILD_DIR / binary.module_dir,
-        env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
-        check=True,
-    )
-    partial.rename(target)  # atomic: a killed build never leaves a half binary in the cache
-    return target
+    return build_all([binary])[binary.name]
 
 
 def ensure(names: tuple[str, ...] = CLUSTER_BINARIES) -> Path:
-    """Build what is missing (CONCURRENT_BUILDS at a time, in the order named) and link every
-    command name into BIN_DIR; return BIN_DIR."""
+    """Build what is missing and link every command name into BIN_DIR; return BIN_DIR."""
     paths.BIN_DIR.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=CONCURRENT_BUILDS) as pool:
-        built = dict(zip(names, pool.map(build, [BINARIES[name] for name in names]), strict=True))
-    for name, path in built.items():
+    for name, path in build_all([BINARIES[name] for name in names]).items():
         for command in BINARIES[name].commands:
             link(path, paths.BIN_DIR / command)
     return paths.BIN_DIR

@@ -1,6 +1,6 @@
 """cert-manager on the local cluster, in the namespace whose certificates it serves (the chart's
 release namespace): its CRDs from the source of the pinned module, its controller and cainjector
-(localcluster/build/certmanager: the controllers a self-signed Issuer and CA injection into webhook
+(localcluster/go/cluster/cmd/certmanager: the controllers a self-signed Issuer and CA injection into webhook
 configurations need) as two Deployments of the cert-manager image, under RBAC for that namespace and
 the webhook configurations.
 
@@ -30,7 +30,7 @@ def crds() -> list[dict]:
     """cert-manager's CRDs, from the source of the module the binary is built from."""
     found = subprocess.run(
         ["go", "list", "-m", "-f", "{{.Dir}}", MODULE],
-        cwd=paths.GO_BUILD_DIR / "certmanager",
+        cwd=paths.GO_MODULES_DIR / "cluster",
         env={**os.environ, "GOFLAGS": "-mod=mod"},
         capture_output=True,
         text=True,

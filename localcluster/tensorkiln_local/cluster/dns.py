@@ -1,4 +1,4 @@
-"""Cluster DNS: CoreDNS (built from Go modules, localcluster/build/coredns) as a Deployment in
+"""Cluster DNS: CoreDNS (built from Go modules, localcluster/go/cluster/cmd/coredns) as a Deployment in
 kube-system behind the kube-dns Service at 10.96.0.10, which every kubelet names as clusterDNS.
 
 It answers cluster names only (`*.cluster.local` and reverse lookups of cluster addresses) and

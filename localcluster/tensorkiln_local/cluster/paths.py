@@ -7,7 +7,8 @@ CLUSTER_NAME = "tensorkiln"
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 LOCALCLUSTER_DIR = REPO_ROOT / "localcluster"
-GO_BUILD_DIR = LOCALCLUSTER_DIR / "build"
+# The Go modules the cluster's upstream binaries are built from (tensorkiln_local.cluster.binaries).
+GO_MODULES_DIR = LOCALCLUSTER_DIR / "go"
 KWOK_CONFIG = LOCALCLUSTER_DIR / "kwok.yaml"
 DEFAULT_POOLS = LOCALCLUSTER_DIR / "pools.yaml"
 CRDS_DIR = REPO_ROOT / "crds"

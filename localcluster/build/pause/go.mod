@@ -1,3 +1,0 @@
-module tensorkiln.dev/localcluster/pause
-
-go 1.26.0
