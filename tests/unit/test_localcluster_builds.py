@@ -35,7 +35,11 @@ def test_one_go_build_per_module_the_modules_side_by_side_and_every_command_link
         ("cluster", ["./cmd/kube", "go.etcd.io/etcd/server/v3", "helm.sh/helm/v3/cmd/helm"]),
         ("versitygw", ["github.com/versity/versitygw/cmd/versitygw"]),
     ]
-    for command, package in [("kubectl", "./cmd/kube"), ("kubelet", "./cmd/kube"), ("etcd", "go.etcd.io/etcd/server/v3")]:
+    for command, package in [
+        ("kubectl", "./cmd/kube"),
+        ("kubelet", "./cmd/kube"),
+        ("etcd", "go.etcd.io/etcd/server/v3"),
+    ]:
         assert (tmp_path / "bin" / command).read_text() == package
     assert (tmp_path / "bin" / "helm").resolve() == binaries.cached_path(binaries.BINARIES["helm"])
 
@@ -84,7 +88,9 @@ def test_every_binary_is_a_command_its_module_builds():
 def _tools(go_mod: Path) -> set[str]:
     text = go_mod.read_text()
     blocks = re.findall(r"^tool \(\n(.*?)^\)", text, re.M | re.S)
-    return set(re.findall(r"^tool ([^\s(]\S*)$", text, re.M)) | {line.strip() for block in blocks for line in block.splitlines()}
+    return set(re.findall(r"^tool ([^\s(]\S*)$", text, re.M)) | {
+        line.strip() for block in blocks for line in block.splitlines()
+    }
 
 
 @pytest.mark.parametrize(
