@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv prepare demo test lint docs unit integration faults matrix crds manifests down images images-gpu push
+.PHONY: venv prepare prepare-builds demo test lint docs unit integration faults matrix crds manifests down images images-gpu push
 
 # Every deployable's distribution, editable, with the development tools (pyproject.toml) and the local cluster.
 DISTRIBUTIONS := api operator compiler-jobs serving client localcluster
@@ -18,9 +18,14 @@ $(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) constraints.txt
 venv: $(STAMP)
 
 ## prepare: build what the cluster and the install need (Go binaries, images) at once, where the caches
-## lack it (cold: the Go builds and the image builds side by side); with warm caches it only checks them.
-prepare: venv
-	$(TKL) prepare $(if $(filter test integration,$(MAKECMDGOALS)),--tests)
+## lack it (cold: the Go build and the image builds side by side); with warm caches it only checks them.
+## It needs only the standard library, so it runs with the machine's python3 beside the venv's install.
+PREPARE_FLAGS := $(if $(filter test integration,$(MAKECMDGOALS)),--tests)
+prepare:
+	$(MAKE) --no-print-directory -j2 venv prepare-builds PREPARE_FLAGS="$(PREPARE_FLAGS)"
+
+prepare-builds:
+	PYTHONPATH=localcluster python3 -m tensorkiln_local prepare $(PREPARE_FLAGS)
 
 ## demo: build/reuse the cluster binaries and images, start the cluster (real control plane, kwok GPU
 ## pools, the real node local-0: kubelet + containerd), helm-install TensorKiln from its images (pushed to

@@ -1,12 +1,17 @@
 """`tensorkiln-local prepare`: build at once what `cluster up` and `install` would otherwise build one
 after the other the first time: the cluster's Go binaries with helm and cert-manager, and
-TensorKiln's images. The Go builds wait on module downloads and link on one core, the image builds
-on apt, pip and layer writes, so side by side they keep 2 cores busier than in a row. With warm
-caches it does nothing but check them."""
+TensorKiln's images. With warm caches it does nothing but check them.
+
+Cold, the Go build is the longest path (the kube binary is most of it), so it never waits: the images,
+which also wait on apt, pip and layer writes, build beside it at a lower CPU priority and take the CPU
+it leaves. It imports the standard library only, so `make prepare` runs it with the machine's python3
+while the virtualenv installs (PYTHONPATH=localcluster)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,10 +20,11 @@ from tensorkiln_local.cluster import binaries, packages
 from tensorkiln_local.images import build as images
 from tensorkiln_local.images.catalog import LOCAL_PRODUCT
 
-# The longest build first: the kube binary alone is most of a cold start.
 BINARIES = (*binaries.CLUSTER_BINARIES, "helm", "certmanager")
 # What only the tests run: the S3 server of the registry tests, kstatus for the GitOps test.
 TEST_BINARIES = ("versitygw", "kstatus")
+# The image builds' nice value: below the Go build, which is the longer path.
+IMAGES_NICE = 10
 
 
 def prepare(tests: bool = False) -> None:
@@ -26,10 +32,21 @@ def prepare(tests: bool = False) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         builds = [
             pool.submit(_timed, "Go binaries", binaries.ensure, BINARIES + (TEST_BINARIES if tests else ())),
-            pool.submit(_timed, "images", images.build_all, [image.name for image in LOCAL_PRODUCT]),
+            pool.submit(_timed, "images", _niced(images.build_all), [image.name for image in LOCAL_PRODUCT]),
         ]
         for done in builds:
             done.result()
+
+
+def _niced(build: Callable) -> Callable:
+    """`build`, run with this thread's nice value raised: Linux keeps one per thread, and the processes
+    the thread starts (buildah, pip, the compilers in the build) inherit it."""
+
+    def run(names):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), IMAGES_NICE)
+        return build(names)
+
+    return run
 
 
 def _timed(what: str, build: Callable, names) -> None:

@@ -95,6 +95,12 @@ class RefusingState:
     def jobs(self, namespace, name):
         return []
 
+    def newest_pod(self, namespace, job_name):
+        return None
+
+    def simulated_nodes(self):
+        return set()
+
     def apply(self, obj):
         self.applied.append(obj)
         raise unprocessable(

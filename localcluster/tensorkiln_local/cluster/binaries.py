@@ -88,6 +88,10 @@ BINARIES = {
     )
 }
 
+# The compiler's garbage collector runs a quarter as often as by default: client-go compiled in 12% less
+# CPU time (124 against 141 CPU-s, cold), for 1.4 times the memory (660 MB at most). A GOGC of the caller wins.
+COMPILER_GOGC = "400"
+
 # What the cluster itself needs; helm (`tensorkiln-local cluster build helm`) and versitygw (the S3
 # registry tests) are built on demand.
 CLUSTER_BINARIES = ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause")
@@ -129,7 +133,7 @@ def _go_build(module: str, wanted: list[GoBinary]) -> None:
         subprocess.run(
             ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{out}/", *(b.package for b in wanted)],
             cwd=paths.GO_MODULES_DIR / module,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+            env={"GOGC": COMPILER_GOGC, **os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
             check=True,
         )
         for binary in wanted:

@@ -19,11 +19,16 @@ class Backoff:
             entry = self._entries.get(key)
         return max(entry[1] - now, 0.0) if entry else 0.0
 
+    def if_failing(self, key: str) -> tuple[int, float]:
+        """(consecutive failures, seconds until the next try) that one more failure would give; reads only."""
+        with self._lock:
+            failures = self._entries.get(key, (0, 0.0))[0] + 1
+        return failures, min(self.first * 2 ** (failures - 1), self.cap)
+
     def failed(self, key: str, now: float) -> tuple[int, float]:
         """Record a failure; returns (consecutive failures, seconds until the next try)."""
+        failures, delay = self.if_failing(key)
         with self._lock:
-            failures = self._entries.get(key, (0, now))[0] + 1
-            delay = min(self.first * 2 ** (failures - 1), self.cap)
             self._entries[key] = (failures, now + delay)
         return failures, delay
 

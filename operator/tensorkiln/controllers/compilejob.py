@@ -1,8 +1,13 @@
-"""CompileJob reconciler: a registry hit, or one batch/v1 Job per (CompileJob, options), mirrored back."""
+"""CompileJob reconciler: a registry hit, or one batch/v1 Job per (CompileJob, options), mirrored back.
+
+observe (the cache's Jobs and pods, the registry: reads only) -> decide (pure: the Jobs to delete and
+create, the status) -> apply (the writes, the registry backoff's bookkeeping) -> commit (the status)."""
 
 import json
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from kubernetes import client
@@ -36,16 +41,6 @@ RECONCILED = "Reconciled"  # set only while reconciling the CompileJob fails (ha
 
 # How long a CompileJob waits before asking an unreachable registry again.
 REGISTRY_BACKOFF = Backoff(first=5.0, cap=80.0)
-
-
-def _published(registry: Registry, engine: dict | None) -> Published | None:
-    if engine is None:
-        return None
-    try:
-        manifest = registry.manifest(engine["digest"])
-    except EngineNotFound:
-        return None
-    return Published(manifest, engine["digest"], engine.get("uri") or registry.engine_uri(engine["digest"]))
 
 
 def _registry_unavailable(compile_job: dict, error: RegistryError, failures: int, delay: float) -> dict:
@@ -83,6 +78,122 @@ def _job_refused(compile_job: dict, error: client.ApiException) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Observed:
+    """What one CompileJob's reconcile read: its Jobs, the newest pod of the Job it wants, the registry."""
+
+    compile_job: dict
+    jobs: Mapping[str, dict]  # its Jobs, by name
+    pod: dict | None  # the newest pod of the Job it wants
+    simulated_nodes: frozenset[str]
+    registry_waits: bool = False  # an unreachable registry's backoff holds it off: nothing was asked
+    looked_up: bool = False  # the registry was asked for the engine (no Job yet, and a known key)
+    cache_hit: Published | None = None
+    published: Published | None = None  # the engine its compile pod reported, read back
+    registry_error: RegistryUnavailable | None = None
+    if_registry_fails: tuple[int, float] = (1, 0.0)  # (failures, next try in s) were this a failure
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to write: superseded Jobs to delete, a Job to create, the status to commit, and whether
+    the registry answered (resets its backoff) or failed (counts one more failure)."""
+
+    status: dict
+    delete_jobs: tuple[str, ...] = ()
+    create_job: dict | None = None  # created once: a Job's pod template is immutable, so never re-applied
+    registry: str | None = None  # "answered", "failed" or None (not asked)
+    retry_after: str | None = None  # the cluster's fault the new Job is a retry after
+
+
+def observe(
+    state: ClusterState, compile_job: dict, registry: Registry, settings: Settings, backoff: Backoff
+) -> Observed:
+    """Reads only: the cache's Jobs and pods, then the registry unless its backoff holds the CompileJob off."""
+    meta = compile_job["metadata"]
+    namespace, wanted = meta["namespace"], job_name(compile_job)
+    jobs = {j["metadata"]["name"]: j for j in state.jobs(namespace, meta["name"])}
+    found = Observed(
+        compile_job, jobs, state.newest_pod(namespace, wanted), frozenset(state.simulated_nodes()),
+        registry_waits=backoff.wait_left(_backoff_key(compile_job), time.monotonic()) > 0,
+        if_registry_fails=backoff.if_failing(_backoff_key(compile_job)),
+    )  # fmt: skip
+    if found.registry_waits or (wanted not in jobs and _settled(compile_job)):
+        return found
+    try:
+        key = cache_key(compile_job, settings) if wanted not in jobs else None
+        if key is not None:
+            hit = registry.lookup(key)
+            found = replace(found, looked_up=True)
+            if hit is not None:
+                found = replace(found, cache_hit=Published(hit.manifest, hit.digest, registry.engine_uri(hit.digest)))
+        return replace(found, published=_published(registry, reported_engine(found.pod)))
+    except RegistryUnavailable as error:
+        return replace(found, registry_error=error)
+
+
+def _published(registry: Registry, engine: dict | None) -> Published | None:
+    if engine is None:
+        return None
+    try:
+        manifest = registry.manifest(engine["digest"])
+    except EngineNotFound:
+        return None
+    return Published(manifest, engine["digest"], engine.get("uri") or registry.engine_uri(engine["digest"]))
+
+
+def _settled(compile_job: dict) -> bool:
+    status = compile_job.get("status", {})
+    return (
+        status.get("observedGeneration") == compile_job["metadata"].get("generation")
+        and status.get("phase") in TERMINAL
+    )
+
+
+def _backoff_key(compile_job: dict) -> str:
+    meta = compile_job["metadata"]
+    return meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
+
+
+def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
+    """Pure: from what was observed, the Jobs to delete and create and the status to commit."""
+    compile_job = observed.compile_job
+    old_status, wanted = compile_job.get("status", {}), job_name(compile_job)
+    superseded = tuple(sorted(observed.jobs.keys() - {wanted}))  # built for options it no longer has
+    job = observed.jobs.get(wanted)
+    if observed.registry_waits or (job is None and _settled(compile_job)):
+        # A cache hit, or a finished Job cleaned up since: the result stands. Or the registry is not asked yet.
+        return Decision(cleared(old_status, RECONCILED), superseded)
+    if observed.registry_error is not None:
+        failures, delay = observed.if_registry_fails
+        status = _registry_unavailable(compile_job, observed.registry_error, failures, delay)
+        return Decision(status, superseded, registry="failed")
+    if job is None:
+        if observed.cache_hit is not None:
+            return Decision(cache_hit_status(compile_job, observed.cache_hit, now), superseded, registry="answered")
+        refused = refused_compile_job_status(compile_job, settings.model_file_roots, now)
+        if refused is not None:
+            return Decision(refused, superseded, registry="answered")
+        job = build_job(compile_job, settings.registry_secret)
+        return Decision(_mirrored(observed, job, now), superseded, create_job=job, registry="answered")
+    status = _mirrored(observed, job, now)
+    fault = cluster_fault(compile_job, job, observed.pod, observed.published) if status["phase"] == "Failed" else None
+    if fault and status.get("clusterRetries", 0) < CLUSTER_RETRY_BUDGET:
+        # Not the model's fault: compile again, in a Job of a new name (it holds the retry count).
+        generation = compile_job["metadata"].get("generation", 1)
+        retried = {**compile_job, "status": retrying_status(status, fault, generation, now)}
+        retry_job = build_job(retried, settings.registry_secret)
+        status = {**retried["status"], "jobName": retry_job["metadata"]["name"]}
+        return Decision(status, (*superseded, wanted), retry_job, "answered", retry_after=fault)
+    return Decision(status, superseded, registry="answered")
+
+
+def _mirrored(observed: Observed, job: dict, now: datetime) -> dict:
+    """The status mirroring `job` (the one it wants: existing, or about to be created) and its pod."""
+    nodes = set(observed.simulated_nodes)
+    return compile_job_status(observed.compile_job, job, observed.pod, nodes, now, observed.published)
+
+
 def reconcile(
     state: ClusterState,
     compile_job: dict,
@@ -90,77 +201,48 @@ def reconcile(
     settings: Settings,
     backoff: Backoff = REGISTRY_BACKOFF,
 ) -> tuple[dict, dict]:
-    """Converge one CompileJob; returns (old status, new status) for the caller's Events."""
-    meta = compile_job["metadata"]
-    namespace = meta["namespace"]
-    wanted = job_name(compile_job)
-    old_status = compile_job.get("status", {})
-    jobs = {j["metadata"]["name"]: j for j in state.jobs(namespace, meta["name"])}
+    """Converge one CompileJob: observe, decide, apply, commit; returns (old status, new status) for the
+    caller's Events."""
+    observed = observe(state, compile_job, registry, settings, backoff)
+    decision = decide(observed, settings, datetime.now(UTC))
+    status = apply(state, observed, decision, backoff)
+    return commit(state, compile_job, status)
 
-    for name in jobs.keys() - {wanted}:
-        # Built for options the CompileJob no longer has.
+
+def apply(state: ClusterState, observed: Observed, decision: Decision, backoff: Backoff) -> dict:
+    """The writes; returns the status to commit: the decision's, or JobRefused when the API server
+    refuses the Job as invalid."""
+    compile_job = observed.compile_job
+    namespace = compile_job["metadata"]["namespace"]
+    key = _backoff_key(compile_job)
+    if decision.registry == "failed":
+        failures, delay = backoff.failed(key, time.monotonic())
+        log.warning("registry unavailable (attempt %d, next in %.0f s): %s", failures, delay, observed.registry_error)
+    elif decision.registry == "answered":
+        backoff.succeeded(key)
+    if observed.looked_up:
+        own_metrics.record_registry_lookup(True, observed.cache_hit)
+    for name in decision.delete_jobs:
         state.delete_job(namespace, name)
-        log.info("deleted superseded Job %s/%s", namespace, name)
-
-    job = jobs.get(wanted)
-    settled = old_status.get("observedGeneration") == meta.get("generation") and old_status.get("phase") in TERMINAL
-    if job is None and settled:  # a cache hit, or a finished Job cleaned up since: the result stands
-        return _write(state, compile_job, old_status, cleared(old_status, RECONCILED))
-    backoff_key = meta.get("uid") or f"{namespace}/{meta['name']}"
-    if backoff.wait_left(backoff_key, time.monotonic()) > 0:  # the registry was unreachable: not asked yet
-        return _write(state, compile_job, old_status, cleared(old_status, RECONCILED))
-
+        log.info("deleted Job %s/%s: superseded or retried", namespace, name)
+    if decision.create_job is None:
+        return decision.status
+    if decision.retry_after:
+        log.warning("compile Job %s/%s failed for the cluster's fault: %s", namespace, job_name(compile_job),
+                    decision.retry_after)  # fmt: skip
     try:
-        if job is None:
-            key = cache_key(compile_job, settings)
-            hit = registry.lookup(key) if key else None
-            own_metrics.record_registry_lookup(key, hit)
-            if hit is not None:
-                status = cache_hit_status(
-                    compile_job, Published(hit.manifest, hit.digest, registry.engine_uri(hit.digest)), datetime.now(UTC)
-                )
-                return _write(state, compile_job, old_status, status)
-            refused = refused_compile_job_status(compile_job, settings.model_file_roots, datetime.now(UTC))
-            if refused is not None:
-                return _write(state, compile_job, old_status, refused)
-            job, refused = _create_job(state, compile_job, settings.registry_secret)
-            if refused is not None:
-                return _write(state, compile_job, old_status, refused)
-        pod = state.newest_pod(namespace, wanted)
-        published = _published(registry, reported_engine(pod))
-    except RegistryUnavailable as error:
-        failures, delay = backoff.failed(backoff_key, time.monotonic())
-        log.warning("registry unavailable (attempt %d, next in %.0f s): %s", failures, delay, error)
-        return _write(state, compile_job, old_status, _registry_unavailable(compile_job, error, failures, delay))
-    backoff.succeeded(backoff_key)
-
-    now = datetime.now(UTC)
-    status = compile_job_status(compile_job, job, pod, state.simulated_nodes(), now, published)
-    fault = cluster_fault(compile_job, job, pod, published) if status["phase"] == "Failed" else None
-    if fault and status.get("clusterRetries", 0) < CLUSTER_RETRY_BUDGET:
-        # Not the model's fault: compile again, in a Job of a new name (it holds the retry count).
-        log.warning("compile Job %s/%s failed for the cluster's fault: %s", namespace, wanted, fault)
-        retried = {**compile_job, "status": retrying_status(status, fault, meta.get("generation", 1), now)}
-        state.delete_job(namespace, wanted)
-        job, refused = _create_job(state, retried, settings.registry_secret)
-        status = refused or {**retried["status"], "jobName": job["metadata"]["name"]}
-    return _write(state, compile_job, old_status, status)
-
-
-def _create_job(state: ClusterState, compile_job: dict, registry_secret: str | None) -> tuple[dict, dict | None]:
-    """Create the CompileJob's Job, once: a Job's pod template is immutable, so it is never re-applied.
-    (the Job, None), or ({}, the JobRefused status) when the API server refuses the Job as invalid."""
-    try:
-        job = state.apply(build_job(compile_job, registry_secret))
+        created = state.apply(decision.create_job)
     except client.ApiException as error:
         if error.status not in (400, 422):
             raise
-        return {}, _job_refused(compile_job, error)
-    log.info("created Job %s/%s", compile_job["metadata"]["namespace"], job["metadata"]["name"])
-    return job, None
+        return _job_refused(compile_job, error)
+    log.info("created Job %s/%s", namespace, created["metadata"]["name"])
+    return decision.status
 
 
-def _write(state: ClusterState, compile_job: dict, old_status: dict, status: dict) -> tuple[dict, dict]:
+def commit(state: ClusterState, compile_job: dict, status: dict) -> tuple[dict, dict]:
+    """Write the status (with its GitOps conditions) unless unchanged; (old status, new status)."""
+    old_status = compile_job.get("status", {})
     generation = compile_job["metadata"].get("generation", 1)
     status = gitops.with_compile_job_conditions(status, old_status.get("conditions"), generation, datetime.now(UTC))
     if status != old_status:
