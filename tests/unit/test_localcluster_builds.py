@@ -2,6 +2,8 @@
 builds the binaries and the images at once."""
 
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -115,3 +117,12 @@ def test_prepare_installs_packages_first_then_builds_binaries_and_images_at_once
         ("binaries", ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause", "helm", "certmanager", *test_binaries)),
         ("images", ("operator", "compiler", "serving")),
     ]
+
+
+def test_prepare_imports_the_standard_library_only():
+    """`make prepare` runs it with the machine's python3 while the virtualenv installs: no site-packages."""
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", "import tensorkiln_local.cli, tensorkiln_local.prepare"],
+        env={"PYTHONPATH": str(paths.LOCALCLUSTER_DIR)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
