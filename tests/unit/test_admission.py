@@ -15,7 +15,7 @@ from tensorkiln.admission import certificates, webhook
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.review import checks
 from tensorkiln.settings import Settings
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import Rollup, inference_model_status
 from tensorkiln_api import InferenceModelSpec
 from tensorkiln_api.registry.manifest import Benchmark, Candidate
 
@@ -262,9 +262,8 @@ def test_burst_capacity_under_per_class_is_admitted_with_a_warning_naming_it():
 def _status(spec_valid, compile_jobs=None, rollouts=None):
     target = HardwareClass(name="cpu", kind="CPU", product="cpu", node_selector={}, nodes=("local-0",))
     model = {"metadata": {"name": "m", "generation": 2}, "spec": {}}
-    return inference_model_status(
-        model, [target], compile_jobs or {}, rollouts or {}, {}, [], lambda d: d, NOW, spec_valid=spec_valid
-    )
+    rollup = Rollup([target], compile_jobs or {}, rollouts or {}, spec_valid=spec_valid)
+    return inference_model_status(model, rollup, lambda d: d, NOW)
 
 
 def test_status_blocked_by_a_missing_claim_waits_pending_and_says_why():

@@ -10,7 +10,7 @@ import pytest
 from lupa import lua51
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.status.compilejob import compile_job_status
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import Rollup, inference_model_status
 
 ARGOCD = Path(__file__).resolve().parents[2] / "charts/tensorkiln/argocd"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -69,7 +69,9 @@ def model_status(targets, compile_phases: dict[str, str]) -> dict:
     jobs = {
         name: {"metadata": {"name": f"resnet50-{name}"}, "status": {"phase": p}} for name, p in compile_phases.items()
     }
-    return inference_model_status(model, targets, jobs, {}, {}, ["NVIDIA-L4"], lambda d: f"file:///r/{d}", NOW)
+    return inference_model_status(
+        model, Rollup(targets, jobs, products_seen=["NVIDIA-L4"]), lambda d: f"file:///r/{d}", NOW
+    )
 
 
 READY = {
@@ -116,7 +118,7 @@ def test_inference_model_compiling_is_progressing():
 
 def test_inference_model_on_simulated_pools_is_progressing_and_says_why():
     job = {"metadata": {"name": "resnet50-nvidia-l4"}, "status": {"phase": "Running", "simulatedNode": True}}
-    status = inference_model_status(obj("InferenceModel", None), [L4], {"nvidia-l4": job}, {}, {}, [], str, NOW)
+    status = inference_model_status(obj("InferenceModel", None), Rollup([L4], {"nvidia-l4": job}), str, NOW)
     assert status["phase"] == "Simulated"
     hs = health("InferenceModel", obj("InferenceModel", status))
     assert hs["status"] == "Progressing"

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.status.inferencemodel import SIMULATED_POOL, inference_model_status, phase_event
+from tensorkiln.status.inferencemodel import SIMULATED_POOL, Rollup, inference_model_status, phase_event
 from tensorkiln.status.serving import Rollout
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -23,9 +23,8 @@ def cj(name, phase, engine=None, simulated_node=False):
 
 
 def status_of(targets, compile_jobs, rollouts=None, engines=None, products=()):
-    return inference_model_status(
-        MODEL, targets, compile_jobs, rollouts or {}, engines or {}, list(products), lambda d: f"file:///r/{d}", NOW
-    )
+    rollup = Rollup(targets, compile_jobs, rollouts or {}, engines or {}, list(products))
+    return inference_model_status(MODEL, rollup, lambda d: f"file:///r/{d}", NOW)
 
 
 def conds(status):
@@ -108,7 +107,7 @@ def test_a_blocked_rollout_names_the_problem_while_old_pods_serve():
 def test_a_name_held_by_another_owner_is_a_name_conflict_naming_object_and_owner():
     held = "Service ns/m--l4 is controlled by InferenceModel other (uid u2); it is never overwritten"
     status = inference_model_status(
-        MODEL, [target("l4")], {}, {}, {}, [], lambda d: f"file:///r/{d}", NOW, conflicts={"l4": held}
+        MODEL, Rollup([target("l4")], conflicts={"l4": held}), lambda d: f"file:///r/{d}", NOW
     )
     assert conds(status)["Ready"] == ("False", "NameConflict")
     assert conds(status)["Deployed"] == ("False", "NameConflict")
@@ -179,7 +178,7 @@ def test_a_targets_price_or_why_it_has_none_is_in_its_entry():
     broken = HardwareClass(name="a100", kind="GPU", product="A100", node_selector={}, nodes=("m",),
                            price_error="node m: tensorkiln.dev/price-per-hour 'abc' is not a positive number")  # fmt: skip
     model = {"metadata": {"generation": 1}, "spec": {}}
-    status = inference_model_status(model, [priced, broken], {}, {}, {}, [], str, datetime.now(UTC))
+    status = inference_model_status(model, Rollup([priced, broken]), str, datetime.now(UTC))
     entries = {e["hardwareClass"]: e for e in status["targets"]}
     assert entries["l4"]["pricePerHour"] == 0.8 and "priceError" not in entries["l4"]
     assert "'abc' is not a positive number" in entries["a100"]["priceError"] and "pricePerHour" not in entries["a100"]
@@ -208,10 +207,13 @@ def test_a_compile_pod_that_cannot_start_is_the_models_reason_not_compiling():
 
 def test_an_engine_held_back_for_its_runtime_versions_is_the_deployed_reason_while_old_pods_serve():
     why = "engine 222222222222 was built and timed with tensorrt 10.9.0, but the serving image ... 10.5.0"
-    status = inference_model_status(
-        MODEL, [target("l4")], {"l4": cj("b", "Succeeded", D2)}, {"l4": Rollout(D1, 1, 1, True)}, {}, [],
-        lambda d: f"file:///r/{d}", NOW, runtime_mismatches={"l4": why},
-    )  # fmt: skip
+    rollup = Rollup(
+        [target("l4")],
+        {"l4": cj("b", "Succeeded", D2)},
+        {"l4": Rollout(D1, 1, 1, True)},
+        runtime_mismatches={"l4": why},
+    )
+    status = inference_model_status(MODEL, rollup, lambda d: f"file:///r/{d}", NOW)
     deployed = next(c for c in status["conditions"] if c["type"] == "Deployed")
     assert (deployed["status"], deployed["reason"]) == ("False", "RuntimeMismatch")
     assert deployed["message"] == f"l4: {why}"

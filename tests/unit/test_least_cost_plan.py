@@ -19,7 +19,7 @@ from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.prices import PRICE_ANNOTATION
 from tensorkiln.scaling.metrics import Observation
 from tensorkiln.status.conditions import find
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import Rollup, inference_model_status
 from tensorkiln_api import InferenceModelStatus
 from tensorkiln_api.registry.manifest import BatcherSetting, ServingTuning, SimulatedLoad
 
@@ -154,12 +154,12 @@ class Cluster:
 
 def status_of(observed):
     found = observed.per_target
-    return inference_model_status(
-        observed.model, list(observed.targets), {n: f.compile_job for n, f in found.items()},
+    rollup = Rollup(
+        list(observed.targets), {n: f.compile_job for n, f in found.items()},
         {n: f.rollout for n, f in found.items()}, {n: f.engine for n, f in found.items()}, list(observed.products),
-        Registry.engine_uri, datetime.now(UTC), {n: f.slo_outcome for n, f in found.items() if f.slo_outcome},
-        least_cost=observed.least_cost,
+        {n: f.slo_outcome for n, f in found.items() if f.slo_outcome}, least_cost=observed.least_cost,
     )  # fmt: skip
+    return inference_model_status(observed.model, rollup, Registry.engine_uri, datetime.now(UTC))
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.plan import refusal
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.settings import Settings
-from tensorkiln.status.inferencemodel import inference_model_status
+from tensorkiln.status.inferencemodel import Rollup, inference_model_status
 from tensorkiln.status.serving import Rollout
 from tensorkiln_api import InferenceModelSpec, field_errors
 from tensorkiln_api.registry.filesystem import FilesystemRegistry
@@ -66,10 +66,8 @@ def test_an_api_server_refusal_is_reported_with_its_message_and_other_errors_are
 
 def test_refused_serving_objects_are_a_deployed_condition_and_a_failed_phase():
     compiled = {"metadata": {"name": "m-cpu"}, "status": {"phase": "Succeeded", "engine": {"digest": "1" * 64}}}
-    status = inference_model_status(
-        MODEL, [TARGET], {"cpu": compiled}, {}, {}, [], lambda d: f"file:///r/{d}",
-        datetime(2026, 11, 30, tzinfo=UTC), refused={"cpu": "the API server refuses it: bad image"},
-    )  # fmt: skip
+    rollup = Rollup([TARGET], {"cpu": compiled}, refused={"cpu": "the API server refuses it: bad image"})
+    status = inference_model_status(MODEL, rollup, lambda d: f"file:///r/{d}", datetime(2026, 11, 30, tzinfo=UTC))
     deployed = next(c for c in status["conditions"] if c["type"] == "Deployed")
     assert (deployed["status"], deployed["reason"]) == ("False", "ServingRefused")
     assert deployed["message"] == "cpu: the API server refuses it: bad image"
@@ -79,10 +77,11 @@ def test_refused_serving_objects_are_a_deployed_condition_and_a_failed_phase():
 def test_refused_serving_on_one_target_leaves_the_other_serving_degraded():
     other = HardwareClass(name="gpu", kind="GPU", product="L4", node_selector={}, nodes=("n2",))
     ok = {"metadata": {"name": "m-gpu"}, "status": {"phase": "Succeeded", "engine": {"digest": "2" * 64}}}
-    status = inference_model_status(
-        MODEL, [TARGET, other], {"cpu": ok, "gpu": ok}, {"gpu": Rollout("2" * 64, 1, 1, True)}, {"gpu": "2" * 64},
-        [], lambda d: d, datetime(2026, 11, 30, tzinfo=UTC), refused={"cpu": "the API server refuses it: x"},
+    rollup = Rollup(
+        [TARGET, other], {"cpu": ok, "gpu": ok}, {"gpu": Rollout("2" * 64, 1, 1, True)}, {"gpu": "2" * 64},
+        refused={"cpu": "the API server refuses it: x"},
     )  # fmt: skip
+    status = inference_model_status(MODEL, rollup, lambda d: d, datetime(2026, 11, 30, tzinfo=UTC))
     assert status["phase"] == "Degraded"
 
 

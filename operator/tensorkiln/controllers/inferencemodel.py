@@ -24,7 +24,7 @@ from tensorkiln.observability import metrics as operator_metrics
 from tensorkiln.review import checks as review_checks
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
-from tensorkiln.status.inferencemodel import inference_model_status, phase_event
+from tensorkiln.status.inferencemodel import Rollup, inference_model_status, phase_event
 from tensorkiln.status.serving import Rollout, observe, with_problem
 
 log = logging.getLogger(__name__)
@@ -115,19 +115,21 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         except owned.NameConflict as conflict:
             conflicts["model Service"] = str(conflict)
     found = {name: r for name, r in results.items() if not r.conflict}
-    status = inference_model_status(
-        model, list(observed.targets),
+    rollup = Rollup(
+        list(observed.targets),
         {n: r.compile_job for n, r in found.items() if r.compile_job is not None},
         {n: r.rollout for n, r in found.items() if r.rollout is not None},
         {n: r.engine for n, r in found.items() if r.engine is not None},
-        list(observed.products), registry.engine_uri, now,
+        list(observed.products),
         {n: r.slo_outcome for n, r in found.items() if r.slo_outcome is not None},
         spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
-        refused={n: r.refused for n, r in found.items() if r.refused}, conflicts=conflicts,
-        runtime_mismatches={n: r.runtime_mismatch for n, r in found.items() if r.runtime_mismatch},
-        served={n: r.served for n, r in found.items() if r.served is not None},
+        refused={n: r.refused for n, r in found.items() if r.refused},
+        conflicts=conflicts,
         least_cost=observed.least_cost,
-    )  # fmt: skip
+        served={n: r.served for n, r in found.items() if r.served is not None},
+        runtime_mismatches={n: r.runtime_mismatch for n, r in found.items() if r.runtime_mismatch},
+    )
+    status = inference_model_status(model, rollup, registry.engine_uri, now)
     if observed.least_cost is not None:  # a spill-over, capacity running short: once per new state
         for type_, reason, message in observed.least_cost.events:
             events.post(state.core, model, type_, reason, message)

@@ -1,6 +1,7 @@
 """InferenceModel status rolled up from its hardware targets, CompileJobs and Triton rollouts (pure)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from tensorkiln.hardware.classes import HardwareClass
@@ -125,8 +126,8 @@ def _rolled_out(rollout: Rollout | None, engine: str) -> bool:
 
 def _deployed(
     entries: list[dict],
-    rollouts: dict[str, Rollout],
-    engines: dict[str, str],
+    rollouts: Mapping[str, Rollout],
+    engines: Mapping[str, str],
     refused: dict[str, str],
     runtime_mismatches: dict[str, str],
 ) -> dict:
@@ -164,113 +165,157 @@ def _blocked_by_spec(spec_valid: dict, ready: dict, compiled: dict, phase: str) 
     return condition("Ready", False, reason, message), compiled, phase
 
 
-def inference_model_status(
-    model: dict,
-    targets: list[HardwareClass],
-    compile_jobs: dict[str, dict],
-    rollouts: dict[str, Rollout],
-    engines: dict[str, str],
-    products_seen: list[str],
-    engine_uri: Callable[[str], str],
-    now: datetime,
-    slo_outcomes: dict | None = None,
-    spec_valid: dict | None = None,
-    refused: dict[str, str] | None = None,
-    conflicts: dict[str, str] | None = None,
-    least_cost=None,
-    served: dict[str, dict] | None = None,
-    runtime_mismatches: dict[str, str] | None = None,
-) -> dict:
-    """Status for `model`: its targets, their CompileJobs and rollouts (by class), and the engine
-    digest each target should serve (by class). Target `engine` is the engine being served.
-    `spec_valid`: the admission checks' SpecValid condition (tensorkiln.review.checks).
-    `refused`: targets whose serving objects Kubernetes or Triton's config schema refuse, and why.
-    `conflicts`: targets (or "model Service") whose derived names another owner's objects hold.
-    `least_cost`: under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.
-    LeastCostOutcome): the model's cost per hour and SLOMet come from it, and a target it scaled to 0
-    replicas is unused, not waiting. `served`: what each rolled-out target's model config sets for
-    batching and instances (builders.tritonconfig.served_settings). `runtime_mismatches`: targets whose
-    engine was built with other runtime versions than the serving image's, and why (not rolled out)."""
+@dataclass(frozen=True)
+class Rollup:
+    """What a model's status is assembled from, by hardware class: what its reconcile observed and
+    what its apply left (controllers.inferencemodel)."""
+
+    targets: Sequence[HardwareClass]
+    compile_jobs: Mapping[str, dict] = field(default_factory=dict)
+    rollouts: Mapping[str, Rollout] = field(default_factory=dict)
+    engines: Mapping[str, str] = field(default_factory=dict)  # the engine each target's serving objects run
+    products_seen: Sequence[str] = ()  # the GPU products of the cluster's nodes
+    slo_outcomes: Mapping = field(default_factory=dict)  # controllers.scaler.Outcome, by class
+    spec_valid: dict | None = None  # the admission checks' SpecValid condition (tensorkiln.review.checks)
+    refused: Mapping[str, str] = field(default_factory=dict)  # why Kubernetes or Triton refuse its serving objects
+    conflicts: Mapping[str, str] = field(default_factory=dict)  # derived names another owner holds (or "model Service")
+    # Under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.LeastCostOutcome): the cost
+    # per hour and SLOMet come from it, and a target it scaled to 0 replicas is unused, not waiting.
+    least_cost: object | None = None
+    served: Mapping[str, dict] = field(default_factory=dict)  # batching and instances its config sets
+    runtime_mismatches: Mapping[str, str] = field(default_factory=dict)  # engines held back, and why
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The model's phase and the conditions it follows from."""
+
+    phase: str
+    ready: dict
+    compiled: dict
+    deployed: dict
+
+
+def inference_model_status(model: dict, rollup: Rollup, engine_uri: Callable[[str], str], now: datetime) -> dict:
+    """Status for `model` from `rollup`: a target entry per hardware class, the phase with Ready,
+    Compiled and Deployed, the GitOps and SLO conditions."""
     generation = model["metadata"].get("generation", 1)
-    entries = [_target_entry(t, compile_jobs.get(t.name), rollouts.get(t.name), engine_uri) for t in targets]
-    for entry in entries:
-        if settings := (served or {}).get(entry["hardwareClass"]):
+    entries = _entries(rollup, engine_uri)
+    with_nodes = [e for e in entries if e["nodeCount"] > 0]
+    serving = [e for e in with_nodes if (r := rollup.rollouts.get(e["hardwareClass"])) and r.serving]
+    readiness = _readiness(rollup, entries, serving)
+    compiled_count = sum(1 for e in with_nodes if e.get("compilePhase") == "Succeeded")
+    simulated_count = sum(e["simulated"] for e in with_nodes)
+    status = {
+        "observedGeneration": generation,
+        "phase": readiness.phase,
+        "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled"
+        + (f", {simulated_count} simulated" if simulated_count else ""),
+        "targets": entries,
+    }
+    desired = [readiness.ready, readiness.compiled, readiness.deployed]
+    desired += gitops.model_conditions(readiness.phase, readiness.ready)
+    if slo := model.get("spec", {}).get("slo"):
+        for entry in entries:
+            outcome = rollup.slo_outcomes.get(entry["hardwareClass"])
+            if outcome is not None and outcome.slo_status:
+                entry["slo"] = outcome.slo_status
+        slo_conds, status["sloSummary"] = slo_conditions(slo, dict(rollup.slo_outcomes), rollup.least_cost)
+        desired += slo_conds
+        if rollup.least_cost is not None and rollup.least_cost.cost_per_hour is not None:
+            status["costPerHour"] = rollup.least_cost.cost_per_hour
+    if rollup.spec_valid is not None:
+        desired.append(rollup.spec_valid)
+    status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)
+    return status
+
+
+def _entries(rollup: Rollup, engine_uri: Callable[[str], str]) -> list[dict]:
+    entries = []
+    for target in rollup.targets:
+        entry = _target_entry(
+            target, rollup.compile_jobs.get(target.name), rollup.rollouts.get(target.name), engine_uri
+        )
+        if settings := rollup.served.get(target.name):
             entry["serving"] = settings
+        entries.append(entry)
+    return entries
+
+
+def _readiness(rollup: Rollup, entries: list[dict], serving: list[dict]) -> Readiness:
+    """The phase with Ready, Compiled and Deployed: from the targets' compiles and rollouts, then a
+    name conflict (only a person can free the name), then the admission checks' findings."""
     with_nodes = [e for e in entries if e["nodeCount"] > 0]
     empty = [e["hardwareClass"] for e in entries if e["nodeCount"] == 0]
-    problems = {name: why for name, cj in compile_jobs.items() if (why := compile_job_problem(cj))}
-    stuck = {name for name, cj in compile_jobs.items() if name not in problems and _on_simulated_node(cj)}
+    jobs = rollup.compile_jobs
+    problems = {name: why for name, cj in jobs.items() if (why := compile_job_problem(cj))}
+    stuck = {name for name, cj in jobs.items() if name not in problems and _on_simulated_node(cj)}
     problems |= {name: SIMULATED_POOL for name in stuck}
-    cannot_start = {name: found for name, cj in compile_jobs.items() if (found := compile_pod_cannot_start(cj))}
-    compiled = _compiled(with_nodes, empty, products_seen, problems, cannot_start)
+    cannot_start = {name: found for name, cj in jobs.items() if (found := compile_pod_cannot_start(cj))}
+    compiled = _compiled(with_nodes, empty, list(rollup.products_seen), problems, cannot_start)
     if with_nodes:
-        deployed = _deployed(with_nodes, rollouts, engines, refused or {}, runtime_mismatches or {})
+        deployed = _deployed(
+            with_nodes, rollup.rollouts, rollup.engines, dict(rollup.refused), dict(rollup.runtime_mismatches)
+        )
     else:
         deployed = condition("Deployed", False, compiled["reason"], compiled["message"])
-    serving = [e for e in with_nodes if (r := rollouts.get(e["hardwareClass"])) and r.serving]
     # Under LeastCost a class may go unused (minReplicas 0): its Deployment at 0 replicas waits for nothing.
-    unused = [e for e in with_nodes if least_cost is not None and e not in serving and e.get("replicas") == 0]
-
+    unused = [e for e in with_nodes if rollup.least_cost is not None and e not in serving and e.get("replicas") == 0]
     waiting = [e for e in with_nodes if e not in serving and e not in unused]
+    readiness = _phase(compiled, deployed, with_nodes, serving, waiting, unused, stuck)
+    if rollup.conflicts:
+        why = "; ".join(f"{where}: {message}" for where, message in sorted(rollup.conflicts.items()))[:4096]
+        compiled = readiness.compiled
+        if compiled["status"] != "True":
+            compiled = condition("Compiled", False, NAME_CONFLICT, why)
+        readiness = Readiness(
+            "Degraded" if serving else "Failed",
+            condition("Ready", False, NAME_CONFLICT, why),
+            compiled,
+            condition("Deployed", False, NAME_CONFLICT, why),
+        )
+    if rollup.spec_valid is not None and rollup.spec_valid["status"] == "False":
+        # Admission findings stop compiling: unless it already serves, that is what the model waits for.
+        ready, compiled, phase = _blocked_by_spec(
+            rollup.spec_valid, readiness.ready, readiness.compiled, readiness.phase
+        )
+        readiness = Readiness(phase, ready, compiled, readiness.deployed)
+    return readiness
+
+
+def _phase(
+    compiled: dict,
+    deployed: dict,
+    with_nodes: list[dict],
+    serving: list[dict],
+    waiting: list[dict],
+    unused: list[dict],
+    stuck: set[str],
+) -> Readiness:
     if serving and not waiting:
         note = f" ({_names(unused)} unused by the least-cost placement)" if unused else ""
         ready = condition("Ready", True, "Serving", f"Triton serves on {len(serving)} targets{note}")
-        phase = "Ready" if deployed["status"] == "True" else "Deploying"
-    elif waiting and all(e["hardwareClass"] in stuck and "engine" not in e for e in waiting):
+        return Readiness("Ready" if deployed["status"] == "True" else "Deploying", ready, compiled, deployed)
+    if waiting and all(e["hardwareClass"] in stuck and "engine" not in e for e in waiting):
         # Not stuck, simulated: say so at a glance, and what really serves.
         served = f"; Triton serves on {_names(serving)}" if serving else ""
         ready = condition("Ready", False, "SimulatedPools", f"{_names(waiting)}: {SIMULATED_POOL}{served}")
-        phase = "Simulated"
+        return Readiness("Simulated", ready, compiled, deployed)
+    blocking = compiled if compiled["status"] != "True" else deployed
+    ready = condition("Ready", False, blocking["reason"], blocking["message"])
+    if serving:
+        phase = "Degraded"
+    elif compiled["reason"] == "NoMatchingHardware":
+        phase = "Pending"
+    elif blocking["reason"] == SERVING_REFUSED:
+        phase = "Failed"
+    elif compiled["reason"] == "CompileFailed":
+        phase = "Failed" if all(e.get("compilePhase") == "Failed" for e in with_nodes) else "Degraded"
+    elif compiled["status"] == "True":
+        phase = "Deploying"
     else:
-        blocking = compiled if compiled["status"] != "True" else deployed
-        ready = condition("Ready", False, blocking["reason"], blocking["message"])
-        if serving:
-            phase = "Degraded"
-        elif compiled["reason"] == "NoMatchingHardware":
-            phase = "Pending"
-        elif blocking["reason"] == SERVING_REFUSED:
-            phase = "Failed"
-        elif compiled["reason"] == "CompileFailed":
-            failed_all = all(e.get("compilePhase") == "Failed" for e in with_nodes)
-            phase = "Failed" if failed_all else "Degraded"
-        elif compiled["status"] == "True":
-            phase = "Deploying"
-        else:
-            phase = "Compiling"
-    if conflicts:  # first: only a person can free the name
-        why = "; ".join(f"{where}: {message}" for where, message in sorted(conflicts.items()))[:4096]
-        deployed = condition("Deployed", False, NAME_CONFLICT, why)
-        ready = condition("Ready", False, NAME_CONFLICT, why)
-        if compiled["status"] != "True":
-            compiled = condition("Compiled", False, NAME_CONFLICT, why)
-        phase = "Degraded" if serving else "Failed"
-    if spec_valid is not None and spec_valid["status"] == "False":
-        # Admission findings stop compiling: unless it already serves, that is what the model waits for.
-        ready, compiled, phase = _blocked_by_spec(spec_valid, ready, compiled, phase)
-    compiled_count = sum(1 for e in with_nodes if e.get("compilePhase") == "Succeeded")
-    status = {
-        "observedGeneration": generation,
-        "phase": phase,
-        "targetSummary": f"{len(serving)}/{len(with_nodes)} serving, {compiled_count} compiled"
-        + (f", {simulated_count} simulated" if (simulated_count := sum(e["simulated"] for e in with_nodes)) else ""),
-        "targets": entries,
-    }
-    desired = [ready, compiled, deployed, *gitops.model_conditions(phase, ready)]
-    slo = model.get("spec", {}).get("slo")
-    if slo:
-        for entry in entries:
-            outcome = (slo_outcomes or {}).get(entry["hardwareClass"])
-            if outcome is not None and outcome.slo_status:
-                entry["slo"] = outcome.slo_status
-        slo_conds, summary = slo_conditions(slo, slo_outcomes or {}, least_cost)
-        desired += slo_conds
-        status["sloSummary"] = summary
-        if least_cost is not None and least_cost.cost_per_hour is not None:
-            status["costPerHour"] = least_cost.cost_per_hour
-    if spec_valid is not None:
-        desired.append(spec_valid)
-    status["conditions"] = merge_conditions(model.get("status", {}).get("conditions"), desired, generation, now)
-    return status
+        phase = "Compiling"
+    return Readiness(phase, ready, compiled, deployed)
 
 
 WARNING_PHASES = ("Degraded", "Failed")
