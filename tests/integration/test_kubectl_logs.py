@@ -111,8 +111,13 @@ def test_kubectl_logs_of_a_failed_compile_job_shows_the_compilers_error(api, ope
     job, condition, text = compile_logs(api, namespace, "ocr-bad-digest", timeout=180)
     assert condition == "Failed"
     assert " ERROR tensorkiln_compiler: " in text
-    report = json.loads(text.splitlines()[-1])  # the compiler's last word: its JSON report
-    assert report["error"]["reason"] and report["error"]["reason"] in text.splitlines()[-2]
+    # Its last words: the error line (stderr) and the JSON report (stdout). The container log keeps no
+    # order between the two streams, so either may come last.
+    last_two = text.splitlines()[-2:]
+    (report_line,) = [line for line in last_two if line.startswith("{")]
+    (error_line,) = [line for line in last_two if line != report_line]
+    report = json.loads(report_line)
+    assert report["error"]["reason"] and report["error"]["reason"] in error_line
     assert logs(namespace, f"job/{job}", "--tail=1") == text.splitlines()[-1] + "\n"
 
 
