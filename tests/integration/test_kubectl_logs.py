@@ -110,10 +110,20 @@ def test_kubectl_logs_of_a_failed_compile_job_shows_the_compilers_error(api, ope
     create_model(api, namespace, "ocr-bad-digest", sha256="0" * 64)
     job, condition, text = compile_logs(api, namespace, "ocr-bad-digest", timeout=180)
     assert condition == "Failed"
-    assert " ERROR tensorkiln_compiler: " in text
+
     # Its last words: the error line (stderr) and the JSON report (stdout). The container log keeps no
-    # order between the two streams, so either may come last.
-    last_two = text.splitlines()[-2:]
+    # order between the two streams, so either may come last, and on a loaded node the runtime may
+    # still be copying one of them into the log when the Job has already failed.
+    def last_words():
+        nonlocal text
+        text = logs(namespace, f"job/{job}")
+        last_two = text.splitlines()[-2:]
+        return last_two if " ERROR tensorkiln_compiler: " in text and any(s.startswith("{") for s in last_two) else None
+
+    try:
+        last_two = wait_for(last_words, timeout=20, what="the compiler's error line and JSON report")
+    except pytest.fail.Exception:
+        pytest.fail(f"kubectl logs job/{job} does not end with the compiler's error and report:\n{text}")
     (report_line,) = [line for line in last_two if line.startswith("{")]
     (error_line,) = [line for line in last_two if line != report_line]
     report = json.loads(report_line)

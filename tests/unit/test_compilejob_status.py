@@ -40,6 +40,14 @@ def test_running_on_simulated_node_says_so():
     assert "simulated by kwok" in next(c["message"] for c in status["conditions"] if c["type"] == "Compiled")
 
 
+def test_a_compiler_that_exited_before_the_jobs_verdict_is_not_pending_again():
+    ended = pod("local-0", "Failed", terminated={"exitCode": 2, "reason": "Error"})
+    status = compile_job_status(CJ, job(active=0), ended, set(), NOW)
+    assert status["phase"] == "Running"
+    assert conditions(status)["Compiled"] == ("Unknown", "CompilerExited")
+    assert "exited 2 on node local-0" in next(c["message"] for c in status["conditions"] if c["type"] == "Compiled")
+
+
 def test_unschedulable_pod_reports_scheduler_message():
     waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/17 nodes"}
     status = compile_job_status(CJ, job(active=1), pod(scheduled=waiting), set(), NOW)

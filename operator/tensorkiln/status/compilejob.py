@@ -160,6 +160,14 @@ def compile_job_status(
         status["phase"] = "Running"
         note = f" on a node {SIMULATED_NOTE}" if simulated else f" on node {node}"
         compiled = condition("Compiled", None, "Compiling", f"compiler running{note}")
+    elif node and terminated:
+        # The container ended before the Job controller recorded its verdict (or started a retry):
+        # the compile is over on that node, not waiting to start.
+        status["phase"] = "Running"
+        code = terminated.get("exitCode")
+        compiled = condition(
+            "Compiled", None, "CompilerExited", f"compiler exited {code} on node {node}; waiting for the Job's verdict"
+        )
     elif stuck := stuck_container(pod):
         # A wrong image, a missing Secret: the pod waits until someone mends it, and says why.
         status["phase"] = "Pending"
