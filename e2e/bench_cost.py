@@ -40,8 +40,8 @@ from pathlib import Path
 from bench_slo import start_operator
 from kubernetes import client
 from tensorkiln import kube
-from tensorkiln.controllers.offers import COUNTED_SHARE
 from tensorkiln.scaling.capacity import capacity_at_target
+from tensorkiln.scaling.offers import COUNTED_SHARE
 from tensorkiln.scaling.placement import ClassOffer, place
 from tensorkiln_local import install
 from tensorkiln_local.cluster import cluster, cost_workload, nodes, paths
@@ -68,7 +68,7 @@ def replica_price(pool: cost_workload.Pool) -> float:
 
 
 def offers(target_ms: float, max_replicas: int) -> list[ClassOffer]:
-    """What the operator offers the placement (controllers.offers), from the engines' defined figures."""
+    """What the operator offers the placement (scaling.offers), from the engines' defined figures."""
     found = []
     for pool in POOLS:
         capacity = capacity_at_target(pool.service_ms, target_ms)

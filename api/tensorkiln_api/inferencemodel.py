@@ -73,6 +73,11 @@ class Percentile(StrEnum):
     P95 = "p95"
     P99 = "p99"
 
+    @property
+    def quantile(self) -> str:
+        """The `quantile` label Triton's latency summaries carry at this percentile ("0.95" for p95)."""
+        return f"0.{self.value[1:]}".rstrip("0")
+
 
 class ScalingMode(StrEnum):
     """Who scales the serving replicas."""

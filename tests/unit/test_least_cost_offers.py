@@ -1,14 +1,14 @@
-"""The least-cost placement's offers (controllers.offers): capacity per replica with its source
+"""The least-cost placement's offers (scaling.offers): capacity per replica with its source
 (scaling.capacity), price, bounds, and room in the pool (hardware.pools), from what gather observes."""
 
 from dataclasses import replace
 
 import pytest
-from tensorkiln.controllers.offers import COUNTED_SHARE, Pool, class_offer
 from tensorkiln.hardware import pools
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.scaling import capacity
 from tensorkiln.scaling.decision import Sample, steady
+from tensorkiln.scaling.offers import COUNTED_SHARE, Pool, class_offer
 from tensorkiln_api import CapacitySource
 from tensorkiln_api.registry.manifest import BatcherSetting, Benchmark, ServingTuning, SimulatedLoad
 
@@ -196,7 +196,7 @@ def test_an_offer_counts_on_a_share_of_the_capacity_prices_the_replica_and_takes
         "serving": {"maxBatchSize": 32, "dynamicBatching": {}},
     }
     pool = Pool((node("l4-0", gpus="2"), node("l4-1", gpus="2")), (pod("r0", "l4-0", [{"nvidia.com/gpu": "1"}]),),
-                lambda: [pod("r0", "l4-0", [{"nvidia.com/gpu": "1"}])])  # fmt: skip
+                [pod("r0", "l4-0", [{"nvidia.com/gpu": "1"}])])  # fmt: skip
     made = class_offer(L4, spec, None, engine(tmp_path, tuning()), [], None, {}, pool)
     assert made.capacity == capacity.Capacity(100.0, None)
     offer = made.offer
@@ -212,7 +212,7 @@ def test_a_cpu_replica_costs_its_cores_and_an_unknown_capacity_is_counted_as_non
         "slo": {"percentile": "p95", "targetMilliseconds": 25, "minReplicas": 1, "maxReplicas": 4},
         "serving": {"maxBatchSize": 32, "dynamicBatching": {}, "resources": {"requests": {"cpu": "2"}}},
     }
-    pool = Pool((node("c-0", cpu="16"),), (), lambda: None)
+    pool = Pool((node("c-0", cpu="16"),), (), None)
     made = class_offer(CPU, spec, None, None, [], None, {}, pool)  # the registry is away: no manifest
     assert made.replica_price == pytest.approx(0.08)
     assert (made.capacity.per_replica, made.offer.capacity, made.offer.free) == (None, 0.0, None)
@@ -231,7 +231,7 @@ def test_a_cpu_replica_counts_on_its_share_of_the_cores_the_compile_measured_wit
         "slo": {"percentile": "p95", "targetMilliseconds": 25, "minReplicas": 1, "maxReplicas": 4},
         "serving": {"maxBatchSize": 32, "dynamicBatching": {}, "resources": {"requests": {"cpu": "500m"}}},
     }
-    pool = Pool((node("c-0", cpu="16"),), (), lambda: None)
+    pool = Pool((node("c-0", cpu="16"),), (), None)
     on_two = engine(tmp_path, tuning()).model_copy(
         update={"hardware_kind": "CPU", "fingerprint": {"cpu": {"usableCpus": 2}}}
     )

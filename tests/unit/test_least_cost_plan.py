@@ -1,23 +1,25 @@
 """spec.slo.placement LeastCost through the reconcile's steps: gather (from the watch cache, Triton's figures
-from a stand-in for Prometheus) -> plan (exactly the replicas written per class) -> status.
+from a stand-in for Prometheus) -> plan (exactly the replicas written per class, the scaler's verdicts) ->
+the scaler's commit -> status.
 
 Two GPU classes: L4 at 0.80/h a GPU, 100 req/s a replica under 25 ms by the compile's figures (80 counted),
 and A100 at 2.00/h, 200 req/s (160 counted): per request served, L4 is the cheaper.
 """
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
 from tensorkiln.builders import serving
-from tensorkiln.controllers import scaler as scaler_module
-from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.controllers.observed import TargetObserved, gather
-from tensorkiln.controllers.plan import plan_model
-from tensorkiln.controllers.scaler import Scaler
+from tensorkiln.controllers.inferencemodel import commit_scaling, normalised_spec
+from tensorkiln.controllers.observed import Observed, TargetObserved, gather
+from tensorkiln.controllers.plan import ModelPlan, plan_model
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.prices import PRICE_ANNOTATION
+from tensorkiln.scaling import scaler as scaler_module
 from tensorkiln.scaling.metrics import Observation
+from tensorkiln.scaling.scaler import Scaler
 from tensorkiln.status.conditions import find
 from tensorkiln.status.inferencemodel import Rollup, inference_model_status
 from tensorkiln_api import InferenceModelStatus
@@ -145,28 +147,45 @@ class Cluster:
         )  # fmt: skip
 
     def reconcile(self, scaler):
-        """(what gather observed, the replicas the plan writes per class)."""
+        """(the reconcile's snapshot and plan, the replicas the plan writes per class); the scaler commits
+        every verdict, as when each write succeeds."""
         observed = gather(self.state, self.registry, scaler, SETTINGS, self.model, normalised_spec(self.model))
         steps = plan_model(observed, SETTINGS)
         assert self.state.reads == []  # the watch cache alone
-        return observed, {t.target.name: t.serving.replicas for t in steps.targets}
+        commit_scaling(scaler, self.model, steps, {t.target.name for t in steps.targets if t.serving is not None})
+        return Reconciled(observed, steps), {t.target.name: t.serving.replicas for t in steps.targets}
 
 
-def status_of(observed):
-    found = observed.per_target
+@dataclass(frozen=True)
+class Reconciled:
+    observed: Observed
+    steps: ModelPlan
+
+    @property
+    def least_cost(self):
+        return self.steps.placement.outcome if self.steps.placement else None
+
+    @property
+    def slo(self):
+        """The scaler's outcome per class."""
+        return {t.target.name: t.slo.outcome for t in self.steps.targets if t.slo is not None}
+
+
+def status_of(decided):
+    observed, found = decided.observed, decided.observed.per_target
     rollup = Rollup(
         list(observed.targets), {n: f.compile_job for n, f in found.items()},
         {n: f.rollout for n, f in found.items()}, {n: f.engine for n, f in found.items()}, list(observed.products),
-        {n: f.slo_outcome for n, f in found.items() if f.slo_outcome}, least_cost=observed.least_cost,
+        decided.slo, least_cost=decided.least_cost,
     )  # fmt: skip
     return inference_model_status(observed.model, rollup, Registry.engine_uri, datetime.now(UTC))
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    """The scaler's clock, moved by the test; and the stand-in for Prometheus, by class."""
+def clock():
+    """The scaler's clock, moved by the test (`scaler()`: a scaler that reads it, period 10 s)."""
     now = SimpleNamespace(at=START)
-    monkeypatch.setattr(scaler_module, "time", SimpleNamespace(time=lambda: now.at, monotonic=lambda: now.at))
+    now.scaler = lambda: Scaler(object(), period=10, clock=lambda: now.at)
     return now
 
 
@@ -186,14 +205,14 @@ def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, promethe
     prometheus.append(cluster)
     cluster.serve(L4, 150)
     cluster.serve(A100, 150)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    decided, replicas = cluster.reconcile(clock.scaler())
     # 300 req/s: 4 x L4 (320 counted) 3.20/h beats 2 x A100 (4.00) and 3 x L4 + 1 x A100 (4.40). L4 goes up
     # at once; A100's last replica stays: with the scale-down headroom (300 / 0.7 = 429 req/s) the
     # placement would want A100s, the L4 pool being full at 4.
     assert replicas == {A100: 1, L4: 4}
-    placement = observed.least_cost.placement
-    assert (placement.replicas, placement.cost_per_hour, observed.least_cost.demand) == ({L4: 4, A100: 0}, 3.2, 300)
-    l4, a100 = observed.per_target[L4].slo_outcome, observed.per_target[A100].slo_outcome
+    placement = decided.least_cost.placement
+    assert (placement.replicas, placement.cost_per_hour, decided.least_cost.demand) == ({L4: 4, A100: 0}, 3.2, 300)
+    l4, a100 = decided.slo[L4], decided.slo[A100]
     assert (l4.decision.reason, a100.decision.reason) == ("ScaledUp", "Placed")
     assert a100.decision.message == (
         "1 replica kept: the placement wants 0, but 1 with the 30% headroom a scale-down leaves"
@@ -207,7 +226,7 @@ def test_the_cheapest_class_per_request_takes_the_load(tmp_path, clock, promethe
     }  # fmt: skip
     # the Service spreads evenly over the 5 decided replicas: 4 of 5 requests go to L4
     assert (a100.slo_status["costPerHour"], a100.slo_status["loadShare"]) == (2.0, 0.2)
-    status = status_of(observed)
+    status = status_of(decided)
     InferenceModelStatus.model_validate(status)  # every field is in the CRD's schema
     assert status["costPerHour"] == 5.2  # what the replicas decided cost: 4 x 0.80 + 1 x 2.00
     met = find(status["conditions"], "SLOMet")
@@ -221,11 +240,11 @@ def test_burst_capacity_keeps_spare_replicas_through_a_low_load(tmp_path, clock,
     cluster = Cluster(tmp_path, model, {L4: (1, 1), A100: (0, 0)})
     prometheus.append(cluster)
     cluster.serve(L4, 60)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    decided, replicas = cluster.reconcile(clock.scaler())
     # 60 req/s needs 1 L4 (80 counted); with 200 req/s of burst capacity, 260 needs 4 L4 (3.20/h), which
     # beats 2 A100 (4.00/h)
     assert replicas == {L4: 4, A100: 0}
-    met = find(status_of(observed)["conditions"], "SLOMet")
+    met = find(status_of(decided)["conditions"], "SLOMet")
     assert (met["status"], met["reason"]) == ("True", "WithinTarget")
     assert "60 req/s + 200 req/s of burst capacity at the least cost, 3.2/h: nvidia-l4 4 x 80 req/s" in met["message"]
 
@@ -237,18 +256,18 @@ def test_a_full_cheap_pool_spills_to_the_next_cheapest_class_and_says_so(tmp_pat
     cluster = Cluster(tmp_path, model, {L4: (3, 2), A100: (0, 0)}, pods=pods)
     prometheus.append(cluster)
     cluster.serve(L4, 300, latency_ms=40.0)
-    scaler = Scaler(object(), period=10)
-    observed, replicas = cluster.reconcile(scaler)
+    scaler = clock.scaler()
+    decided, replicas = cluster.reconcile(scaler)
     # The Service spreads 300 req/s evenly: a mix of 2 L4 and 2 A100 gives each replica 75 (within L4's 80
     # counted), 1.60 + 4.00 = 5.60/h; 2 x A100 at 150 each cost 4.00/h. L4 alone would need 4 (3.20/h), which
     # its pool cannot run: the demand spilled to A100.
     assert replicas == {A100: 2, L4: 3}  # A100 up at once; L4 goes down only after the scale-down window
-    placement = observed.least_cost.placement
+    placement = decided.least_cost.placement
     assert placement.replicas == {L4: 0, A100: 2} and placement.cost_per_hour == pytest.approx(4.0)
     spill = f"{L4} pool full: 2 replicas fit (2 running, 0 more fit), the placement wants 4; spilled to {A100}"
     assert [s.message for s in placement.spills] == [spill]
-    assert observed.least_cost.events == (("Warning", "SpilledOver", spill),)
-    met = find(status_of(observed)["conditions"], "SLOMet")
+    assert decided.least_cost.events == (("Warning", "SpilledOver", spill),)
+    met = find(status_of(decided)["conditions"], "SLOMet")
     assert (met["status"], met["reason"]) == ("False", "LatencyOverTarget")  # L4's latency now, before the spill
     cluster.serve(L4, 300)
     clock.at += 10
@@ -265,18 +284,18 @@ def test_demand_beyond_every_class_at_its_maximum_uses_the_most_capacity_and_giv
     prometheus.append(cluster)
     cluster.serve(L4, 500, latency_ms=80.0)
     cluster.serve(A100, 500, latency_ms=60.0)
-    scaler = Scaler(object(), period=10)
-    observed, replicas = cluster.reconcile(scaler)
+    scaler = clock.scaler()
+    decided, replicas = cluster.reconcile(scaler)
     # every class at its maximum; the even spread gives each of the 4 replicas a quarter, so they sustain
     # 4 x the slowest's 80 counted = 320 (2 x A100 alone, with L4's minimum of 1 beside them: 3 x 80 = 240)
     assert replicas == {A100: 2, L4: 2}
-    placement = observed.least_cost.placement
+    placement = decided.least_cost.placement
     assert (placement.reason, placement.shortfall) == ("InsufficientCapacity", 680)
-    met = find(status_of(observed)["conditions"], "SLOMet")
+    met = find(status_of(decided)["conditions"], "SLOMet")
     assert (met["status"], met["reason"]) == ("False", "InsufficientCapacity")
     assert met["message"].startswith("demand 1000 req/s exceeds the most the classes can serve, 320 req/s")
     assert met["message"].endswith("short by 680 req/s")
-    assert observed.least_cost.events == (("Warning", "InsufficientCapacity", met["message"]),)
+    assert decided.least_cost.events == (("Warning", "InsufficientCapacity", met["message"]),)
     clock.at += 10
     assert cluster.reconcile(scaler)[0].least_cost.events == ()  # once per stay short
 
@@ -284,7 +303,7 @@ def test_demand_beyond_every_class_at_its_maximum_uses_the_most_capacity_and_giv
 def test_a_class_the_placement_leaves_unused_goes_down_only_after_the_scale_down_window(tmp_path, clock, prometheus):
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (4, 4), A100: (1, 1)})
     prometheus.append(cluster)
-    scaler = Scaler(object(), period=10)
+    scaler = clock.scaler()
     written = []
     for step in range(31):  # every 10 s for 300 s: the default scale-down window
         cluster.serve(L4, 160 if step != 15 else 300)  # half-way, a burst that wants the A100 too
@@ -296,12 +315,12 @@ def test_a_class_the_placement_leaves_unused_goes_down_only_after_the_scale_down
     for _ in range(16):  # 200 req/s: 3 x L4 would do, and 4 (all the pool) with the scale-down headroom
         cluster.serve(L4, 160)
         cluster.serve(A100, 40)
-        observed, replicas = cluster.reconcile(scaler)
+        decided, replicas = cluster.reconcile(scaler)
         written.append(replicas[A100])
         clock.at += 10
     assert written == [1] * 15 + [0]  # 300 s after the burst: the window wanted none throughout
     assert replicas == {A100: 0, L4: 4}
-    a100 = observed.per_target[A100].slo_outcome
+    a100 = decided.slo[A100]
     assert a100.decision.message == (
         "for 300s the least-cost placement wanted at most 0 with the 30% headroom a scale-down leaves: 1 -> 0"
     )
@@ -315,7 +334,7 @@ def test_a_scale_down_window_longer_than_the_default_history_still_ends(tmp_path
     model["spec"]["slo"]["scaleDownStabilizationSeconds"] = 1200
     cluster = Cluster(tmp_path, model, {L4: (2, 2), A100: (1, 1)})
     prometheus.append(cluster)
-    scaler = Scaler(object(), period=10)
+    scaler = clock.scaler()
     written = []
     for _ in range(121):  # every 10 s: 140 req/s fits 2 x L4 (160 counted), A100 unwanted throughout
         cluster.serve(L4, 100)
@@ -329,10 +348,10 @@ def test_unused_class_at_zero_replicas_is_not_waited_for(tmp_path, clock, promet
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
     prometheus.append(cluster)
     cluster.serve(L4, 100)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    decided, replicas = cluster.reconcile(clock.scaler())
     assert replicas == {A100: 0, L4: 2}  # 100 req/s: 2 x L4 (160 counted), as placed
-    assert observed.per_target[L4].slo_outcome.decision.reason == "Placed"
-    status = status_of(observed)
+    assert decided.slo[L4].decision.reason == "Placed"
+    status = status_of(decided)
     ready = find(status["conditions"], "Ready")
     assert (status["phase"], ready["status"]) == ("Ready", "True")
     assert ready["message"] == f"Triton serves on 1 targets ({A100} unused by the least-cost placement)"
@@ -344,10 +363,10 @@ def test_a_new_model_starts_only_the_replicas_the_placement_wants(tmp_path, cloc
     # served, L4), none on A100, rather than one on each for a scale-down window.
     cluster = Cluster(tmp_path, least_cost_model(), {}, compiled=(L4, A100))
     prometheus.append(cluster)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    decided, replicas = cluster.reconcile(clock.scaler())
     assert replicas == {A100: 0, L4: 1}
-    assert observed.least_cost.placement.replicas == {A100: 0, L4: 1}
-    l4, a100 = observed.per_target[L4].slo_outcome, observed.per_target[A100].slo_outcome
+    assert decided.least_cost.placement.replicas == {A100: 0, L4: 1}
+    l4, a100 = decided.slo[L4], decided.slo[A100]
     assert (a100.decision.reason, a100.decision.message, a100.events) == (
         "Placed",
         "0 replicas, as the least-cost placement wants",
@@ -362,25 +381,25 @@ def test_a_new_model_starts_only_the_replicas_the_placement_wants(tmp_path, cloc
     bursty["spec"]["slo"]["burstRequestsPerSecond"] = 200
     cluster = Cluster(tmp_path, bursty, {}, compiled=(L4, A100))
     prometheus.append(cluster)
-    assert cluster.reconcile(Scaler(object(), period=10))[1] == {A100: 0, L4: 3}
+    assert cluster.reconcile(clock.scaler())[1] == {A100: 0, L4: 3}
     # minReplicas 1: each class starts at its minimum, as placed, not "outside the bounds" of a 0 it never ran.
     cluster = Cluster(tmp_path, least_cost_model(min_replicas=1), {}, compiled=(L4, A100))
     prometheus.append(cluster)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
+    decided, replicas = cluster.reconcile(clock.scaler())
     assert replicas == {A100: 1, L4: 1}
-    assert {observed.per_target[c].slo_outcome.decision.reason for c in (L4, A100)} == {"Placed"}
+    assert {decided.slo[c].decision.reason for c in (L4, A100)} == {"Placed"}
 
 
 def test_a_class_compiled_later_joins_at_what_the_placement_wants(tmp_path, clock, prometheus):
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2)}, compiled=(A100,))
     prometheus.append(cluster)
     cluster.serve(L4, 100)
-    assert cluster.reconcile(Scaler(object(), period=10))[1] == {A100: 0, L4: 2}
+    assert cluster.reconcile(clock.scaler())[1] == {A100: 0, L4: 2}
     # No figures yet for the serving class: the placement is held, and the new class starts as without
     # LeastCost (one replica), not at a placement nobody made.
     cluster.figures.clear()
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
-    assert observed.least_cost.placement is None and replicas == {A100: 1, L4: 2}
+    decided, replicas = cluster.reconcile(clock.scaler())
+    assert decided.least_cost.placement is None and replicas == {A100: 1, L4: 2}
 
 
 def test_a_step_is_placed_from_the_recent_window_before_the_rate_window_rises_to_it(tmp_path, clock, prometheus):
@@ -388,37 +407,37 @@ def test_a_step_is_placed_from_the_recent_window_before_the_rate_window_rises_to
     prometheus.append(cluster)
     # 100 req/s until 5 s ago, 300 since: the 30 s window reads 133, the 10 s window 200
     cluster.serve(L4, 133.3, recent_rate=200.0)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
-    assert observed.least_cost.demand == 200.0 and replicas == {A100: 0, L4: 3}  # 3 x 80 counted
+    decided, replicas = cluster.reconcile(clock.scaler())
+    assert decided.least_cost.demand == 200.0 and replicas == {A100: 0, L4: 3}  # 3 x 80 counted
     cluster.serve(L4, 133.3, recent_rate=None)  # scraped too seldom for the recent window: the rate window
     clock.at += 10
-    again, _ = cluster.reconcile(Scaler(object(), period=10))
+    again, _ = cluster.reconcile(clock.scaler())
     assert again.least_cost.demand == 133.3
 
 
 def observed_steadily(cluster, clock, scaler):
     """2 L4 replicas carry 100 req/s half busy at 10 ms a request, p95 20 ms, for half the minute Triton's
     summary remembers: the queueing factor is 1, and at 25 ms u = 0.6: a replica sustains 0.6 * 100 / 1.0 =
-    60 req/s, not the compile's 100. The last reconcile's (observed, replicas)."""
+    60 req/s, not the compile's 100. The last reconcile's (decided, replicas)."""
     cluster.serve(L4, 100, latency_ms=20.0, busy=1.0, service_ms=10.0)
-    observed, _ = cluster.reconcile(scaler)
-    status = observed.per_target[L4].slo_outcome.slo_status
+    decided, _ = cluster.reconcile(scaler)
+    status = decided.slo[L4].slo_status
     assert status["capacitySource"] == "MeasuredAtCompile"  # one observation: the load's steadiness is not known
     for _ in range(3):
         clock.at += 10
-        observed, replicas = cluster.reconcile(scaler)
-    return observed, replicas
+        decided, replicas = cluster.reconcile(scaler)
+    return decided, replicas
 
 
 def test_the_observed_capacity_once_there_is_one_is_what_the_placement_counts_on(tmp_path, clock, prometheus):
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
     prometheus.append(cluster)
-    observed, replicas = observed_steadily(cluster, clock, Scaler(object(), period=10))
-    status = observed.per_target[L4].slo_outcome.slo_status
+    decided, replicas = observed_steadily(cluster, clock, clock.scaler())
+    status = decided.slo[L4].slo_status
     assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
     assert (status["capacityObserved"], status["capacityMeasuredAtCompile"]) == (60.0, 100.0)
     # 48 counted a replica: 3 x L4 2.40/h, or one A100 (160 counted) 2.00/h: the A100 now serves cheaper
-    assert observed.least_cost.placement.replicas == {L4: 0, A100: 1}
+    assert decided.least_cost.placement.replicas == {L4: 0, A100: 1}
     assert replicas == {A100: 1, L4: 2}  # up at once; L4 down once the window says so
 
 
@@ -427,23 +446,23 @@ def test_a_restarted_operator_counts_on_the_observed_capacity_its_status_kept(tm
     on a busy node it can be several times too high (issue 15's trial: 363 req/s against 103 observed)."""
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (2, 2), A100: (0, 0)})
     prometheus.append(cluster)
-    observed, _ = observed_steadily(cluster, clock, Scaler(object(), period=10))
-    kept = status_of(observed)
-    before = observed.per_target[L4].slo_outcome.slo_status
+    decided, _ = observed_steadily(cluster, clock, clock.scaler())
+    kept = status_of(decided)
+    before = decided.slo[L4].slo_status
     assert before["capacityObservedFor"].startswith("engine ") and before["capacityObservedFor"].endswith(
         "1 nvidia.com/gpu per replica, p95 < 25 ms"
     )
     cluster.model = cluster.model | {"status": kept}
     clock.at += 10
-    restarted, _ = cluster.reconcile(Scaler(object(), period=10))
-    status = restarted.per_target[L4].slo_outcome.slo_status
+    restarted, _ = cluster.reconcile(clock.scaler())
+    status = restarted.slo[L4].slo_status
     assert (status["capacityPerReplica"], status["capacitySource"]) == (60.0, "Observed")
     assert status["capacityObservedFor"] == before["capacityObservedFor"]
     assert restarted.least_cost.placement.replicas == {L4: 0, A100: 1}  # as before the restart
     # Another SLO target: what was observed at 25 ms holds no more, and the compile's figure counts
     cluster.model["spec"] = cluster.model["spec"] | {"slo": cluster.model["spec"]["slo"] | {"targetMilliseconds": 30}}
-    changed, _ = cluster.reconcile(Scaler(object(), period=10))
-    status = changed.per_target[L4].slo_outcome.slo_status
+    changed, _ = cluster.reconcile(clock.scaler())
+    status = changed.slo[L4].slo_status
     assert status["capacitySource"] == "MeasuredAtCompile" and "capacityObserved" not in status
 
 
@@ -451,9 +470,9 @@ def test_no_metrics_from_a_serving_class_holds_every_class(tmp_path, clock, prom
     cluster = Cluster(tmp_path, least_cost_model(), {L4: (1, 1), A100: (1, 1)})
     prometheus.append(cluster)
     cluster.serve(L4, 300)  # the A100's pods serve, but Prometheus has nothing of them
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
-    assert replicas == {A100: 1, L4: 1} and observed.least_cost.placement is None
-    status = status_of(observed)
+    decided, replicas = cluster.reconcile(clock.scaler())
+    assert replicas == {A100: 1, L4: 1} and decided.least_cost.placement is None
+    status = status_of(decided)
     assert "costPerHour" not in status
     assert find(status["conditions"], "SLOMetricsAvailable")["reason"] == "NoData"
     assert find(status["conditions"], "SLOMet")["status"] == "Unknown"
@@ -464,8 +483,8 @@ def test_per_class_placement_still_scales_each_class_alone_on_its_latency(tmp_pa
     prometheus.append(cluster)
     cluster.serve(L4, 150, latency_ms=60.0)  # over the 25 ms target: 60 / 25 -> 3, at most 2x a step
     cluster.serve(A100, 150)
-    observed, replicas = cluster.reconcile(Scaler(object(), period=10))
-    assert replicas == {A100: 1, L4: 2} and observed.least_cost is None
-    assert observed.per_target[L4].slo_outcome.decision.reason == "ScaledUp"
-    assert "capacityPerReplica" not in observed.per_target[L4].slo_outcome.slo_status
-    assert "costPerHour" not in status_of(observed)
+    decided, replicas = cluster.reconcile(clock.scaler())
+    assert replicas == {A100: 1, L4: 2} and decided.least_cost is None
+    assert decided.slo[L4].decision.reason == "ScaledUp"
+    assert "capacityPerReplica" not in decided.slo[L4].slo_status
+    assert "costPerHour" not in status_of(decided)

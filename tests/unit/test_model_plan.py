@@ -9,8 +9,11 @@ from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.controllers.observed import Observed, TargetObserved, gather
 from tensorkiln.controllers.owned import with_hash
 from tensorkiln.controllers.plan import Plan, plan_model
-from tensorkiln.controllers.scaler import Outcome, Scaler
 from tensorkiln.review.checks import ERROR, Finding
+from tensorkiln.scaling.decision import Decision
+from tensorkiln.scaling.memory import TargetMemory
+from tensorkiln.scaling.scaler import Scaler
+from tensorkiln.scaling.slo import Outcome, TargetSignals
 from tensorkiln.settings import Settings
 
 from .fleet import default_fleet
@@ -140,8 +143,10 @@ def test_a_switch_from_hpa_to_the_operator_deletes_the_hpa_and_scales_as_the_sca
     found = converged(tmp_path, hpa_model, L4, replicas=2)
     assert found.serving["HorizontalPodAutoscaler"] is not None
     model = sample_model()  # slo.mode Operator (the default)
-    outcome = Outcome(replicas=3, slo_status={}, metrics=(True, "Available", ""), decision=None)
-    found = TargetObserved(L4, found.compile_job, found.serving, manifest=found.manifest, slo_outcome=outcome)
+    decision = Decision(3, "ScaledUp", "1 -> 3", False)
+    outcome = Outcome(replicas=3, slo_status={}, metrics=(True, "MetricsFlowing", ""), decision=decision)
+    signals = TargetSignals(0.0, TargetMemory(), recent=outcome)  # the scaler's last outcome, within its period
+    found = TargetObserved(L4, found.compile_job, found.serving, manifest=found.manifest, slo=signals)
     steps = plan_model(snapshot(model, [found]), SETTINGS)
     (target,) = steps.targets
     name = serving.target_name("resnet50", L4)

@@ -17,8 +17,8 @@ from tensorkiln.builders.tritonconfig import (
     served_settings,
 )
 from tensorkiln.controllers.inferencemodel import normalised_spec
-from tensorkiln.controllers.scaler import policy_of
 from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.scaling.slo import policy_of
 from tensorkiln.serving import batcher_choice
 from tensorkiln.settings import Settings
 from tensorkiln.status.engine import engine_status

@@ -2,6 +2,7 @@
 
 import hashlib
 
+from tensorkiln_api import Percentile
 from tensorkiln_api.registry.manifest import EngineManifest
 
 from tensorkiln.builders import labels, naming, resources, storage
@@ -10,7 +11,6 @@ from tensorkiln.builders.naming import bounded_name
 from tensorkiln.builders.resources import GPU_RESOURCE
 from tensorkiln.builders.tritonconfig import config_dict, parse, render
 from tensorkiln.hardware.classes import HardwareClass
-from tensorkiln.scaling.metrics import QUANTILES
 from tensorkiln.settings import Settings
 
 ENGINE_DIGEST = "tensorkiln.dev/engine-digest"
@@ -243,7 +243,7 @@ def build_hpa(model: dict, spec: dict, target: HardwareClass) -> dict | None:
     metric_labels = {
         "model": model["metadata"]["name"],
         "hardware_class": target.name,
-        "quantile": QUANTILES[slo["percentile"]],
+        "quantile": Percentile(slo["percentile"]).quantile,
     }
     return {
         "apiVersion": "autoscaling/v2",

@@ -11,9 +11,9 @@ from tensorkiln_api.registry import Registry, open_registry
 from tensorkiln import kube
 from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.cluster.state import ClusterState
-from tensorkiln.controllers.scaler import Scaler
 from tensorkiln.peering import new_identity as peering_identity
 from tensorkiln.scaling import metrics
+from tensorkiln.scaling.scaler import Scaler
 from tensorkiln.settings import Settings
 
 

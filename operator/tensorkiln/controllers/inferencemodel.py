@@ -1,6 +1,7 @@
-"""InferenceModel reconciler: gather (controllers.observed) → plan (controllers.plan, pure) → apply
-(here, the only step that writes), then the status rollup (status.inferencemodel, pure) from the
-snapshot and what was applied: hardware targets -> CompileJobs -> Triton rollouts."""
+"""InferenceModel reconciler: gather (controllers.observed, reads only) → plan (controllers.plan, pure,
+the SLO scaler's decisions included) → apply (here, the only step that writes: the objects, then the
+scaler's verdicts) → commit status (status.inferencemodel, pure, from the snapshot and what was applied):
+hardware targets -> CompileJobs -> Triton rollouts."""
 
 import logging
 from collections.abc import Mapping
@@ -17,11 +18,12 @@ from tensorkiln import apierrors
 from tensorkiln.cluster.state import ClusterState
 from tensorkiln.controllers import events, owned
 from tensorkiln.controllers.observed import Observed, gather
-from tensorkiln.controllers.plan import Plan, TargetPlan, plan_model, refusal
-from tensorkiln.controllers.scaler import Outcome, Scaler
+from tensorkiln.controllers.plan import ModelPlan, Plan, TargetPlan, plan_model, refusal
 from tensorkiln.hardware.classes import HardwareClass
 from tensorkiln.observability import metrics as operator_metrics
 from tensorkiln.review import checks as review_checks
+from tensorkiln.scaling.scaler import Scaler
+from tensorkiln.scaling.slo import Outcome
 from tensorkiln.settings import Settings
 from tensorkiln.status.conditions import condition, merge_conditions
 from tensorkiln.status.inferencemodel import Rollup, inference_model_status, phase_event
@@ -105,7 +107,12 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
 
     observed = gather(state, registry, scaler, settings, model, spec)
     steps = plan_model(observed, settings)
-    results = {t.target.name: _apply_target(state, observed, t) for t in steps.targets}
+    results: dict[str, TargetResult] = {}
+    try:
+        for target in steps.targets:
+            results[target.target.name] = _apply_target(state, observed, target)
+    finally:  # what was applied is remembered even when a later target's write fails: no action twice
+        commit_scaling(scaler, model, steps, {name for name, r in results.items() if r.engine is not None})
     conflicts = {name: r.conflict for name, r in results.items() if r.conflict}
     if steps.model_service_conflict:
         conflicts["model Service"] = steps.model_service_conflict
@@ -125,13 +132,13 @@ def reconcile(state: ClusterState, model: dict, settings: Settings, registry: Re
         spec_valid=review_checks.spec_valid_condition(list(observed.findings)),
         refused={n: r.refused for n, r in found.items() if r.refused},
         conflicts=conflicts,
-        least_cost=observed.least_cost,
+        least_cost=steps.placement.outcome if steps.placement else None,
         served={n: r.served for n, r in found.items() if r.served is not None},
         runtime_mismatches={n: r.runtime_mismatch for n, r in found.items() if r.runtime_mismatch},
     )
     status = inference_model_status(model, rollup, registry.engine_uri, now)
-    if observed.least_cost is not None:  # a spill-over, capacity running short: once per new state
-        for type_, reason, message in observed.least_cost.events:
+    if steps.placement is not None:  # a spill-over, capacity running short: once per new state
+        for type_, reason, message in steps.placement.outcome.events:
             events.post(state.core, model, type_, reason, message)
     return _write_status(state, model, status)
 
@@ -178,11 +185,22 @@ def _apply_target(state: ClusterState, observed: Observed, steps: TargetPlan) ->
                         target.name, refused)  # fmt: skip
         else:
             rollout, applied, served = observe(written["Deployment"]), steps.engine, steps.served
-            if found.slo_outcome is not None:
-                _report_scaling(state, model, target, found.slo_outcome)
+            if steps.slo is not None:
+                _report_scaling(state, model, target, steps.slo.outcome)
     if rollout is not None and not rollout.updated:
         rollout = with_problem(rollout, list(found.pods))
-    return TargetResult(compile_job, rollout, applied, served, found.slo_outcome, refused, steps.runtime_mismatch)
+    outcome = steps.slo.outcome if steps.slo is not None else None
+    return TargetResult(compile_job, rollout, applied, served, outcome, refused, steps.runtime_mismatch)
+
+
+def commit_scaling(scaler: Scaler, model: dict, steps: ModelPlan, applied: set[str]) -> None:
+    """What the SLO scaler remembers from this reconcile: each verdict whose replicas were applied (the
+    targets in `applied`), and a LeastCost model's placement."""
+    for target in steps.targets:
+        if target.slo is not None and target.target.name in applied:
+            scaler.commit_target(model, target.target.name, target.slo)
+    if steps.placement is not None:
+        scaler.commit_placement(model, steps.placement)
 
 
 def _write_status(state: ClusterState, model: dict, status: dict) -> dict:

@@ -4,9 +4,9 @@
 `plan_model` builds what the model wants (builders.compilejob, builders.serving) per target and
 `plan` compares each group of objects with what holds their names: it applies the desired
 objects whose hash or fields differ from what exists (controllers.owned), deletes the owned
-objects no longer wanted, and carries the replicas the scaler asks for. A name held by another
-owner is a NameConflict, never overwritten. Only the apply step (controllers.inferencemodel)
-calls the API.
+objects no longer wanted, and carries the replicas the SLO scaler decides (scaling.slo, from what
+gather observed). A name held by another owner is a NameConflict, never overwritten. Only the apply
+step (controllers.inferencemodel) calls the API and commits the scaler's verdicts.
 """
 
 import json
@@ -19,8 +19,9 @@ from tensorkiln_api.serving_targets import SERVING_TARGETS, runtime_difference
 from tensorkiln.builders import serving, tritonconfig
 from tensorkiln.builders.compilejob import build_compile_job
 from tensorkiln.controllers import owned
-from tensorkiln.controllers.observed import GATHERED, Observed, TargetObserved
+from tensorkiln.controllers.observed import GATHERED, Observed, TargetObserved, deploying, previous_slo
 from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.scaling.slo import PlacementVerdict, TargetVerdict, decide_placement, decide_target
 from tensorkiln.settings import Settings
 from tensorkiln.status.serving import desired_replicas
 
@@ -66,6 +67,7 @@ class TargetPlan:
     # why the engine is not rolled out: built with other runtime versions than the serving image's
     runtime_mismatch: str | None = None
     conflict: str | None = None  # a derived name another owner holds: nothing of the target is written
+    slo: TargetVerdict | None = None  # the SLO scaler's, whose replicas `serving` carries
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class ModelPlan:
     targets: tuple[TargetPlan, ...]
     model_service: Plan | None = None  # once a target has (or gets) a Deployment
     model_service_conflict: str | None = None
+    placement: PlacementVerdict | None = None  # spec.slo.placement LeastCost: what its targets follow
 
 
 def refusal(error: Exception) -> str | None:
@@ -130,7 +133,21 @@ def _serving_objects(
     return [d for d in desired if d is not None], tritonconfig.served_settings(config, chosen, manifest)
 
 
-def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) -> TargetPlan:
+def _slo_verdict(observed: Observed, found: TargetObserved, placement: PlacementVerdict | None) -> TargetVerdict | None:
+    """The SLO scaler's verdict on a target: its own (placement PerClass), or its share of the model's
+    least-cost placement, stabilised (LeastCost: remembered with the placement, model-wide); None for a
+    target the scaler does not set (or a new one the held placement decided nothing for)."""
+    if placement is not None and (outcome := placement.outcome.outcomes.get(found.target.name)) is not None:
+        return None if outcome.decision is None and deploying(found) else TargetVerdict(outcome, placement.at, None)
+    if found.slo is None:
+        return None
+    previous = previous_slo(observed.model, found.target)
+    return decide_target(observed.spec, found.target, found.rollout, previous, found.manifest, found.slo)
+
+
+def _plan_target(
+    observed: Observed, found: TargetObserved, settings: Settings, placement: PlacementVerdict | None
+) -> TargetPlan:
     model, spec, target = observed.model, observed.spec, found.target
     uid = model["metadata"]["uid"]
     compile_job = Plan()
@@ -143,15 +160,14 @@ def _plan_target(observed: Observed, found: TargetObserved, settings: Settings) 
             return TargetPlan(target, compile_job)
         if mismatch := runtime_mismatch(engine, found.manifest, settings):  # what serves now keeps serving, untouched
             return TargetPlan(target, compile_job, runtime_mismatch=mismatch)
-        # The SLO scaler's: the target's own decision (placement PerClass), or its share of the model's
-        # least-cost placement, stabilised (LeastCost: controllers.scaler.Scaler.place, in gather).
-        replicas = found.slo_outcome.replicas if found.slo_outcome else desired_replicas(spec, found.rollout)
+        slo = _slo_verdict(observed, found, placement)
+        replicas = slo.outcome.replicas if slo else desired_replicas(spec, found.rollout)
         try:
             desired, served = _serving_objects(observed, found, replicas, settings)
         except ParseError as error:  # no retry can help: the status says so until the spec changes
             return TargetPlan(target, compile_job, refused=refusal(error))
         scale = replicas if observed.scaled_by_operator else None
-        return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine, served)
+        return TargetPlan(target, compile_job, plan(desired, found.serving, uid, scale), engine, served, slo=slo)
     except owned.NameConflict as conflict:
         return TargetPlan(target, conflict=str(conflict))
 
@@ -160,18 +176,22 @@ def plan_model(observed: Observed, settings: Settings) -> ModelPlan:
     """Everything to write for one InferenceModel, decided from its snapshot alone. Targets are
     planned in the order the hardware selection gives; the model's Service follows once any
     target serves or is about to."""
-    targets = tuple(_plan_target(observed, found, settings) for found in observed.per_target.values())
+    placement = observed.placement
+    verdict = decide_placement(observed.spec, placement.members, placement.signals) if placement else None
+    targets = tuple(_plan_target(observed, found, settings, verdict) for found in observed.per_target.values())
     deployed = any(
         t.serving is not None or observed.per_target[t.target.name].rollout is not None
         for t in targets
         if t.conflict is None
     )
     if not deployed:
-        return ModelPlan(targets)
+        return ModelPlan(targets, placement=verdict)
     service = serving.build_model_service(observed.model)
     try:
         return ModelPlan(
-            targets, plan([service], {"Service": observed.model_service}, observed.model["metadata"]["uid"])
+            targets,
+            plan([service], {"Service": observed.model_service}, observed.model["metadata"]["uid"]),
+            placement=verdict,
         )
     except owned.NameConflict as conflict:
-        return ModelPlan(targets, model_service_conflict=str(conflict))
+        return ModelPlan(targets, model_service_conflict=str(conflict), placement=verdict)

@@ -12,6 +12,7 @@ is Pending as Unschedulable, the pool is full, whatever the count says.
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorkiln.hardware.prices import cpu_cores
@@ -99,7 +100,7 @@ def free_replicas(nodes: list[dict], bound: list[dict], resource: str, per_repli
     return fits
 
 
-def room(kind: str, resources: dict, nodes: list[dict], own: list[dict], bound: list[dict] | None) -> Room:
+def room(kind: str, resources: dict, nodes: list[dict], own: list[dict], bound: Sequence[dict] | None) -> Room:
     """The room of one target on its pool: `nodes` the class's Nodes, `own` the target's serving pods,
     `bound` every pod the cache holds on those nodes (None: not known)."""
     live = [p for p in own if _holds(p) and not p["metadata"].get("deletionTimestamp")]

@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from tensorkiln_api import Percentile
 from urllib3.util.retry import Retry
 
-QUANTILES = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}
+IDLE_RATE = 0.05  # requests/s below which a target counts as idle
 
 
 class MetricsUnavailable(Exception):
@@ -48,6 +49,23 @@ class Observation:
     ready_pods: int  # pods whose metrics Prometheus scraped at the last attempt
     at: datetime  # the instant Prometheus evaluated the queries at
 
+    @property
+    def idle(self) -> bool:
+        """No traffic: nothing waits, whatever quantile Triton's summary still holds from earlier load."""
+        return self.request_rate < IDLE_RATE or self.latency_ms is None
+
+
+@dataclass(frozen=True)
+class Unread:
+    """Why a target has no figures: the scaler holds its replicas and says why (SLOMetricsAvailable)."""
+
+    reason: str
+    message: str
+
+    @property
+    def metrics(self) -> tuple[bool, str, str]:
+        return (False, self.reason, self.message)
+
 
 def _selector(**labels: str) -> str:
     """Exact-match (`=`, never `=~`) label matchers; values quoted and escaped as PromQL strings."""
@@ -61,7 +79,7 @@ def queries(
     `recent_window` the short one the request rate is also read over."""
     target = {"model": model, "namespace": namespace, "hardware_class": hardware_class}
     series = _selector(**target)
-    quantile = _selector(**target, quantile=QUANTILES[percentile])
+    quantile = _selector(**target, quantile=Percentile(percentile).quantile)
     scraped = _selector(namespace=namespace, hardware_class=hardware_class)  # `up` has no model label
 
     def rate(metric: str, over: str = window) -> str:

@@ -175,11 +175,11 @@ class Rollup:
     rollouts: Mapping[str, Rollout] = field(default_factory=dict)
     engines: Mapping[str, str] = field(default_factory=dict)  # the engine each target's serving objects run
     products_seen: Sequence[str] = ()  # the GPU products of the cluster's nodes
-    slo_outcomes: Mapping = field(default_factory=dict)  # controllers.scaler.Outcome, by class
+    slo_outcomes: Mapping = field(default_factory=dict)  # scaling.slo.Outcome, by class
     spec_valid: dict | None = None  # the admission checks' SpecValid condition (tensorkiln.review.checks)
     refused: Mapping[str, str] = field(default_factory=dict)  # why Kubernetes or Triton refuse its serving objects
     conflicts: Mapping[str, str] = field(default_factory=dict)  # derived names another owner holds (or "model Service")
-    # Under spec.slo.placement LeastCost, the scaler's placement (controllers.scaler.LeastCostOutcome): the cost
+    # Under spec.slo.placement LeastCost, the scaler's placement (scaling.slo.LeastCostOutcome): the cost
     # per hour and SLOMet come from it, and a target it scaled to 0 replicas is unused, not waiting.
     least_cost: object | None = None
     served: Mapping[str, dict] = field(default_factory=dict)  # batching and instances its config sets

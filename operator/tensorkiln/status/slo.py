@@ -7,9 +7,9 @@ SPILLED_OVER = "SpilledOver"
 
 
 def slo_conditions(slo: dict, outcomes: dict, least_cost=None) -> tuple[list[dict], str]:
-    """(conditions, summary) from each target's scaler outcome (controllers.scaler.Outcome), by class;
+    """(conditions, summary) from each target's scaler outcome (scaling.slo.Outcome), by class;
     `least_cost`: under spec.slo.placement LeastCost, the placement they follow
-    (controllers.scaler.LeastCostOutcome): demand beyond what every class can serve is SLOMet False,
+    (scaling.slo.LeastCostOutcome): demand beyond what every class can serve is SLOMet False,
     InsufficientCapacity, with the shortfall; a full pool whose load spilled to other classes, SLOMet
     True, SpilledOver, saying which."""
     if not outcomes:

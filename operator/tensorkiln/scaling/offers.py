@@ -1,5 +1,5 @@
 """What one hardware class offers a LeastCost model: the solver's ClassOffer (scaling.placement), built
-from what the reconcile's gather step observes (pure).
+from what the reconcile's observe step read (pure).
 
 - capacity: requests/s one replica sustains under the SLO (scaling.capacity: as measured at compile, or
   as observed), of which the placement counts on COUNTED_SHARE;
@@ -9,7 +9,7 @@ from what the reconcile's gather step observes (pure).
   Nodes and the pods the watch cache holds on them.
 """
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorkiln_api.registry.manifest import BatcherSetting, EngineManifest
@@ -46,12 +46,12 @@ class Offer:
 
 @dataclass(frozen=True)
 class Pool:
-    """A target's pool as gather sees it: the class's Nodes, the target's own serving pods, and every pod
-    the watch cache holds on those nodes, read only when an offer is made (once an SLO period)."""
+    """A target's pool as observed: the class's Nodes, the target's own serving pods, and every pod the
+    watch cache holds on those nodes (read only when an offer is to be made: once an SLO period)."""
 
     nodes: tuple[dict, ...]
     own_pods: tuple[dict, ...]
-    bound: Callable[[], list[dict] | None]  # None: the cache does not serve pods (not counted)
+    bound: Sequence[dict] | None  # None: not counted (the cache does not serve pods)
 
 
 def class_offer(
@@ -97,7 +97,7 @@ def class_offer(
             price_error = "its replicas request no CPU, and the price is per core"
     else:
         price = replica_price(target.kind, target.price_per_hour, request[1] if request else 0.0, gpus)
-    found = room(target.kind, resources, list(pool.nodes), list(pool.own_pods), pool.bound())
+    found = room(target.kind, resources, list(pool.nodes), list(pool.own_pods), pool.bound)
     counted = (capacity.per_replica or 0.0) * COUNTED_SHARE  # unknown: 0, only the minimum is placed
     offer = ClassOffer(
         target.name, counted, price, slo["minReplicas"], slo["maxReplicas"], found.running, found.free, price_error
