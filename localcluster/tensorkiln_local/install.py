@@ -176,7 +176,10 @@ def prepare_registry_volume() -> None:
 def push_images() -> dict[str, images.Pushed]:
     """Build (or reuse) the product images and push them to the local registry."""
     built = images.build_all([image.name for image in LOCAL_PRODUCT])
-    return {b.name: images.push(b, registry.HOST, APP_VERSION, tls_verify=False) for b in built}
+    return {
+        b.name: images.push(b, registry.HOST, APP_VERSION, tls_verify=False, compression=registry.COMPRESSION)
+        for b in built
+    }
 
 
 def chart_crds() -> list[dict]:

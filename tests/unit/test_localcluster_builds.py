@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -99,23 +100,28 @@ def _tools(go_mod: Path) -> set[str]:
     "tests, test_binaries", [(False, ()), (True, ("versitygw", "kstatus"))]
 )  # fmt: skip
 def test_prepare_installs_packages_first_then_builds_binaries_and_images_at_once(monkeypatch, tests, test_binaries):
+    """The binaries and the product images at once; the cluster images, which hold binaries, once both are built."""
     calls, together = [], threading.Barrier(2, timeout=5)
     monkeypatch.setattr(prepare.packages, "ensure", lambda wanted: calls.append(("packages", sorted(wanted))))
 
-    def in_parallel(name):
-        def run(arg):
+    def binaries(names):
+        together.wait()
+        time.sleep(0.2)  # still building when the product images are done
+        calls.append(("binaries", tuple(names)))
+
+    def build_all(names):
+        if names[0] == "operator":
             together.wait()
-            calls.append((name, tuple(arg)))
+        calls.append(("images", tuple(names)))
 
-        return run
-
-    monkeypatch.setattr(prepare.binaries, "ensure", in_parallel("binaries"))
-    monkeypatch.setattr(prepare.images, "build_all", in_parallel("images"))
+    monkeypatch.setattr(prepare.binaries, "ensure", binaries)
+    monkeypatch.setattr(prepare.images, "build_all", build_all)
     prepare.prepare(tests=tests)
-    assert calls[0] == ("packages", sorted({**prepare.packages.CLUSTER, **prepare.packages.IMAGES}))
-    assert sorted(calls[1:]) == [
-        ("binaries", ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause", "helm", "certmanager", *test_binaries)),
+    assert calls == [
+        ("packages", sorted({**prepare.packages.CLUSTER, **prepare.packages.IMAGES})),
         ("images", ("operator", "compiler", "serving")),
+        ("binaries", ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause", "helm", "certmanager", *test_binaries)),
+        ("images", ("pause", "coredns", "cert-manager")),
     ]
 
 

@@ -91,6 +91,10 @@ BINARIES = {
 # The compiler's garbage collector runs a quarter as often as by default: client-go compiled in 12% less
 # CPU time (124 against 141 CPU-s, cold), for 1.4 times the memory (660 MB at most). A GOGC of the caller wins.
 COMPILER_GOGC = "400"
+# The linker drops the symbol table and DWARF (-s -w), so the compiler writes no DWARF either: client-go
+# compiled in 15% less CPU time (105 against 123 CPU-s, cold) and 15% less memory. Stack traces read the
+# pclntab, which stays.
+COMPILER_FLAGS = "all=-dwarf=false"
 
 # What the cluster itself needs; helm (`tensorkiln-local cluster build helm`) and versitygw (the S3
 # registry tests) are built on demand.
@@ -131,7 +135,16 @@ def _go_build(module: str, wanted: list[GoBinary]) -> None:
     with tempfile.TemporaryDirectory(prefix=f".{module}-", dir=paths.BIN_CACHE) as out:
         ldflags = f"-s -w {MODULE_LDFLAGS.get(module, '')}".strip()
         subprocess.run(
-            ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", f"{out}/", *(b.package for b in wanted)],
+            [
+                "go",
+                "build",
+                "-trimpath",
+                f"-gcflags={COMPILER_FLAGS}",
+                f"-ldflags={ldflags}",
+                "-o",
+                f"{out}/",
+                *(b.package for b in wanted),
+            ],
             cwd=paths.GO_MODULES_DIR / module,
             env={"GOGC": COMPILER_GOGC, **os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
             check=True,

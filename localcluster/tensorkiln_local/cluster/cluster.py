@@ -212,7 +212,8 @@ def api_server() -> str:
 
 def cluster_image(name: str) -> str:
     """A cluster image (pause, coredns) built and pushed to the local registry, pinned by digest."""
-    return images.push(images.build_all([name])[0], registry.HOST, "local", tls_verify=False).pinned
+    built = images.build_all([name])[0]
+    return images.push(built, registry.HOST, "local", tls_verify=False, compression=registry.COMPRESSION).pinned
 
 
 def start_node(core: client.CoreV1Api, name: str) -> None:
