@@ -16,8 +16,9 @@ from tensorkiln_local.cluster import paths, processes
 
 BINARY = "/usr/bin/docker-registry"
 HOST = "localhost:5000"
-# Layers pushed here are zstd-compressed: every node's containerd (1.6) unpacks zstd, and it costs less CPU
-# than gzip both to push and to unpack, on a first `make demo` that is bound by its CPU.
+# Layers new to this registry are pushed zstd-compressed (skopeo reuses a layer it holds already, gzip or
+# not): every node's containerd (1.6) unpacks zstd, and it costs less CPU than gzip both to push and to
+# unpack, on a first `make demo` that is bound by its CPU.
 COMPRESSION = "zstd"
 ADDRESS = "127.0.0.1:5000"
 STORAGE = paths.CACHE_DIR / "registry"
