@@ -22,8 +22,10 @@ from kubernetes import client
 from tensorkiln.builders import labels
 from tensorkiln.scaling.metrics import MetricsUnavailable, connect, observe, queries
 from tensorkiln_api import GROUP, VERSION
+from tensorkiln_client.triton import infer_on, new_connection, service_address, until_routed
 from tensorkiln_local import install
 from tensorkiln_local.cluster import prometheus
+from tensorkiln_local.cluster.ocr_models import CLS
 
 from .helpers import wait_for
 from .test_serving_local import NAME, SAMPLE, Load, rolled_out
@@ -47,6 +49,10 @@ def triton(api, operator):
     }
     client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", model)
     wait_for(lambda: rolled_out(api, namespace), timeout=600, interval=3, what="compile, rollout and readiness")
+    # The load goes through the model's Service: first until kube-proxy routes its ClusterIP (a cold CI run
+    # started the load before it did, and 416 requests failed).
+    address = service_address(api, namespace, NAME)
+    until_routed(lambda: infer_on(new_connection(address), NAME, {"x": CLS.samples(1)}))
     (pod,) = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serving").items
     yield namespace, pod
     install.delete_namespace(core, namespace)

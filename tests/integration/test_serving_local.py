@@ -84,7 +84,9 @@ class Load:
             except Exception as error:
                 with self._lock:
                     self.failed += 1
-                    self.errors.append(repr(error)[:200])
+                    self.errors.append(
+                        f"{type(error).__name__}: {error}"[:200]
+                    )  # tritonclient's repr drops the message
 
     def __enter__(self):
         for thread in self._threads:
