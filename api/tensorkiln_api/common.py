@@ -119,6 +119,15 @@ def list_map(*keys: str) -> dict[str, Any]:
 LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
 
 
+# How Kubernetes writes a time in an object (metav1.Time): RFC 3339 in UTC, whole seconds.
+KUBE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def kube_time(at: datetime) -> str:
+    """`at` (aware, in UTC) as Kubernetes writes it: 2026-12-07T09:00:00Z."""
+    return at.strftime(KUBE_TIME_FORMAT)
+
+
 @dataclass(frozen=True)
 class Rule:
     """A cross-field invariant, rendered as an `x-kubernetes-validations` entry.

@@ -13,6 +13,7 @@ from tensorkiln.scaling.scaler import Scaler
 from tensorkiln.scaling.slo import TargetSignals, decide_target
 from tensorkiln.status.serving import Rollout
 from tensorkiln.status.slo import slo_conditions
+from tensorkiln_api.common import kube_time
 
 MODEL = {"metadata": {"name": "m", "namespace": "d"}}
 SPEC = {
@@ -95,10 +96,8 @@ def test_simulated_pools_are_never_scaled_on_metrics_that_cannot_exist(metrics):
 
 
 def test_a_restarted_operator_keeps_the_cooldown_from_status(metrics):
-    from tensorkiln.status.conditions import timestamp
-
     metrics.append(observation(150))
-    just_now = {"lastScaleTime": timestamp(datetime.now(UTC))}
+    just_now = {"lastScaleTime": kube_time(datetime.now(UTC))}
     outcome = evaluate(Scaler(object()), SPEC, CPU, Rollout("d", 2, 2, True), just_now)
     assert outcome.replicas == 2 and outcome.slo_status["lastDecision"] == "WaitingForReplicas"
 

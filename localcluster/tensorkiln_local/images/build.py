@@ -175,6 +175,10 @@ def _registry_record(registry: str) -> Path:
     return RECORDS / f"pushed-{registry.replace('/', '_').replace(':', '_')}.json"
 
 
+# zstd at level 1: about half gzip's CPU to push, and a fraction of it to unpack, for layers as small.
+LEVELS = {"zstd": ("--dest-compress-level=1",)}
+
+
 def push(built: Built, registry: str, tag: str, tls_verify: bool, compression: str = "gzip") -> Pushed:
     """Copy a built image to registry/tensorkiln/<name>:tag, its layers compressed with `compression` (gzip,
     what every registry and runtime takes; zstd where the runtime is known to unpack it); the digest the
@@ -198,10 +202,6 @@ def push(built: Built, registry: str, tag: str, tls_verify: bool, compression: s
     records[built.name] = {**wanted, "digest": digest, "repository": repository, "tls_verify": tls_verify}
     _registry_record(registry).write_text(json.dumps(records, indent=2, sort_keys=True))
     return Pushed(built.name, repository, tag, digest)
-
-
-# zstd at level 1: about half gzip's CPU to push, and a fraction of it to unpack, for layers as small.
-LEVELS = {"zstd": ("--dest-compress-level=1",)}
 
 
 def _in_registry(recorded: dict) -> bool:

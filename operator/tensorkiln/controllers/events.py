@@ -9,6 +9,7 @@ import socket
 from datetime import UTC, datetime
 
 from kubernetes import client
+from tensorkiln_api.common import kube_time
 
 log = logging.getLogger(__name__)
 COMPONENT = "tensorkiln"
@@ -16,7 +17,7 @@ COMPONENT = "tensorkiln"
 
 def post(core: client.CoreV1Api, obj: dict, type_: str, reason: str, message: str) -> None:
     meta = obj["metadata"]
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = kube_time(datetime.now(UTC))
     event = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {

@@ -3,12 +3,11 @@
 from datetime import UTC, datetime
 
 from tensorkiln_api import CapacitySource
+from tensorkiln_api.common import KUBE_TIME_FORMAT, kube_time
 
 from tensorkiln.scaling.decision import Decision
 from tensorkiln.scaling.metrics import Observation
 from tensorkiln.scaling.offers import Offer
-
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # as Kubernetes writes times (metav1.Time)
 
 
 def target_slo_status(
@@ -60,8 +59,8 @@ def offer_status(offer: Offer, share: float, cost: float | None) -> dict:
 
 
 def format_time(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime(TIME_FORMAT)
+    return kube_time(datetime.fromtimestamp(at, UTC))
 
 
 def parse_time(value: str | None) -> float | None:
-    return datetime.strptime(value, TIME_FORMAT).replace(tzinfo=UTC).timestamp() if value else None
+    return datetime.strptime(value, KUBE_TIME_FORMAT).replace(tzinfo=UTC).timestamp() if value else None

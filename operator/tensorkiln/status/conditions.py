@@ -2,9 +2,7 @@
 
 from datetime import datetime
 
-
-def timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+from tensorkiln_api.common import kube_time
 
 
 def merge_conditions(existing: list[dict], desired: list[dict], generation: int, now: datetime) -> list[dict]:
@@ -21,7 +19,7 @@ def merge_conditions(existing: list[dict], desired: list[dict], generation: int,
             {
                 **condition,
                 "observedGeneration": generation,
-                "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
+                "lastTransitionTime": kube_time(now) if changed else old["lastTransitionTime"],
             }
         )
     return merged
