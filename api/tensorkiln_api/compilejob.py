@@ -216,6 +216,17 @@ class CompileJobSpec(SpecModel):
         max_length=512,
         description="Compiler container image.",
     )
+    compiler_version: str | None = Field(
+        None,
+        max_length=128,
+        pattern=r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$",
+        description=(
+            "The compiler build the engine's cache key names (the operator's compilerVersion): the release version, "
+            "or `<release>+<build>` for a development build, so that engines of another build are not reused. The "
+            "compiler refuses a version of another release than its own (reason CompilerVersionMismatch). Unset: "
+            "the compiler's release version."
+        ),
+    )
     deadline_seconds: int = Field(3600, ge=60, description="Wall-clock limit, in seconds, of one compile attempt.")
     retries: int = Field(2, ge=0, le=10, description="Retries of a failed compile attempt.")
     options_hash: str = Field(

@@ -38,6 +38,16 @@ class RuntimeMismatch(CompileError):
         super().__init__("RuntimeMismatch", message)
 
 
+class CompilerVersionMismatch(CompileError):
+    """spec.compilerVersion names another release than this compiler's: the chart's compilerVersion and
+    compilerImage disagree, so the engine's cache key would claim a build that did not make it."""
+
+    exit_code = EXIT_INVALID_INPUT
+
+    def __init__(self, message: str):
+        super().__init__("CompilerVersionMismatch", message)
+
+
 class TensorRTUnavailable(CompileError):
     """A GPU class asked for TensorRT but this pod cannot build with it; never falls back silently."""
 

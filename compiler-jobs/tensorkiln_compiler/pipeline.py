@@ -37,7 +37,7 @@ from .candidates import Build, BuildContext, Runner, Skipped, builder, candidate
 from .candidates import onnxruntime as ort_candidates
 from .candidates import tensorrt as trt_candidates
 from .data import Dataset, load_dataset, refused, synthesize
-from .errors import InvalidInput, RuntimeMismatch, TensorRTUnavailable, first_line
+from .errors import CompilerVersionMismatch, InvalidInput, RuntimeMismatch, TensorRTUnavailable, first_line
 from .fetch import fetch, verify_digest
 from .fingerprint import fingerprint, runtime_versions
 from .inspection import UNBATCHED, ModelInfo, inspect_model
@@ -75,12 +75,25 @@ def require_target_runtimes(spec: CompileJobSpec, installed: dict[str, str]) -> 
         )
 
 
+def compiler_version(spec: CompileJobSpec) -> str:
+    """The version the engine's cache key names: spec.compilerVersion, the operator's name for this build (a
+    development build's `<release>+<build>`), which must be of this compiler's release; else the release's."""
+    wanted = spec.compiler_version or __version__
+    if wanted.split("+", 1)[0] != __version__:
+        raise CompilerVersionMismatch(
+            f"spec.compilerVersion {wanted} names another release than this compiler's {__version__}: set the "
+            "chart's compilerVersion to the release of its compilerImage, or leave it unset"
+        )
+    return wanted
+
+
 def run(
     spec: CompileJobSpec, work_dir: Path, options: Options | None = None, opener: Opener = default_opener
 ) -> Outcome:
     options = options or Options()
+    version = compiler_version(spec)  # like the runtimes, checked before any download or build
     if spec.serving_target:
-        require_target_runtimes(spec, runtime_versions())  # before any download or build
+        require_target_runtimes(spec, runtime_versions())
     work_dir.mkdir(parents=True, exist_ok=True)
     source = fetch(spec.source.uri, work_dir / "model", field="spec.source.uri", what="Model")
     verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
@@ -88,7 +101,7 @@ def run(
         model_digest=source.sha256,
         options_hash=spec.options_hash,
         hardware_class=spec.hardware.class_name,
-        compiler_version=__version__,
+        compiler_version=version,
     )
     model = inspect_model(  # bad input: exit 2
         source.path,

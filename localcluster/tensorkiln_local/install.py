@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from tensorkiln import kube
 from tensorkiln.builders.job import COMPILER_UID
+from tensorkiln_api import __version__
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 
 from tensorkiln_local import installmanifests
@@ -53,6 +54,12 @@ APP_VERSION = "0.1.0"
 SAMPLE_NAMESPACES = ("default",)
 
 
+def compiler_version(pushed: dict[str, images.Pushed]) -> str:
+    """The compiler build engines' cache keys name here: the release and the compiler image's ID, so that a
+    changed compiler (the tree's, rebuilt) compiles again instead of reusing the engines of another build."""
+    return f"{__version__}+{pushed['compiler'].image_id[:12]}"
+
+
 def chart_values(pushed: dict[str, images.Pushed]) -> dict:
     """The chart's values for the local cluster (pure): images by digest (the serving image's Triton has
     the native backends, as NGC's has), the registry claim, Prometheus by its Service, the real nodes."""
@@ -60,6 +67,7 @@ def chart_values(pushed: dict[str, images.Pushed]) -> dict:
     return {
         "image": {"repository": operator.repository, "tag": operator.tag, "digest": operator.digest},
         "compilerImage": pushed["compiler"].pinned,
+        "compilerVersion": compiler_version(pushed),
         "servingImage": pushed["serving"].pinned,
         "servingTarget": SERVING_TARGET,  # the serving image's Triton release, the compiler image's
         "registry": {"kind": "filesystem", "filesystem": {"existingClaim": CLAIM, "path": "engines"}},
@@ -301,6 +309,7 @@ def process_environment(registry_uri: str) -> dict[str, str]:
     return {
         "TENSORKILN_REGISTRY_URI": registry_uri,
         "TENSORKILN_COMPILER_IMAGE": pushed["compiler"].pinned,
+        "TENSORKILN_COMPILER_VERSION": compiler_version(pushed),
         "TENSORKILN_SERVING_IMAGE": pushed["serving"].pinned,
         "TENSORKILN_SERVING_TARGET": SERVING_TARGET,
         "TENSORKILN_PROMETHEUS_URL": prometheus.url(),

@@ -13,7 +13,8 @@ class Settings:
     compiler_image: str = f"ghcr.io/tensorkiln/compiler:{COMPILER_VERSION}"
     # The image of compile Jobs on GPU classes: the compiler with TensorRT (compiler-jobs/Dockerfile, VARIANT=gpu).
     compiler_gpu_image: str = f"ghcr.io/tensorkiln/compiler-gpu:{COMPILER_VERSION}"
-    # Part of the registry cache key: a new compiler version rebuilds every engine.
+    # The build of the compiler images, part of the registry cache key (CompileJob spec.compilerVersion): a new
+    # version rebuilds every engine. The release's, or `<release>+<build>` for a development build.
     compiler_version: str = COMPILER_VERSION
     # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
     registry_secret: str | None = None
@@ -81,6 +82,7 @@ class Settings:
             registry_uri=os.environ.get("TENSORKILN_REGISTRY_URI", cls.registry_uri),
             compiler_image=os.environ.get("TENSORKILN_COMPILER_IMAGE", cls.compiler_image),
             compiler_gpu_image=os.environ.get("TENSORKILN_COMPILER_GPU_IMAGE") or cls.compiler_gpu_image,
+            compiler_version=os.environ.get("TENSORKILN_COMPILER_VERSION") or cls.compiler_version,
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
             serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
             serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln.builders.compilejob import build_compile_job, compile_job_name
+from tensorkiln.builders.compilejob import build_compile_job, cache_key, compile_job_name
 from tensorkiln.builders.job import build_job, job_name
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
@@ -144,6 +144,18 @@ def test_the_serving_target_reaches_the_compile_job_and_its_cache_key():
     assert "servingTarget" not in base["spec"]
     assert targeted["spec"]["servingTarget"] == "24.10"
     assert targeted["spec"]["optionsHash"] != base["spec"]["optionsHash"]  # engines of another runtime never hit
+
+
+def test_the_compiler_version_reaches_the_compile_job_and_names_its_cache_key():
+    model = sample_model()
+    build = dataclasses.replace(SETTINGS, compiler_version="0.1.0+3a65e709f1c7")
+    compile_job = build_compile_job(model, normalised_spec(model), CLASSES["cpu-amd64-intel-amx"], build)
+    compile_job["spec"]["modelDigest"] = "ab" * 32
+    assert compile_job["spec"]["compilerVersion"] == "0.1.0+3a65e709f1c7"
+    # The key the compiler publishes under (its spec.compilerVersion), whatever this operator's own setting.
+    assert cache_key(compile_job, SETTINGS).compiler_version == "0.1.0+3a65e709f1c7"
+    # Not an option of the engine: the same options hash, the same Job's name.
+    assert compile_job["spec"]["optionsHash"] == compile_job_for("cpu-amd64-intel-amx")["spec"]["optionsHash"]
 
 
 def test_gpu_job_requests_a_gpu_tolerates_the_taint_and_is_restricted():

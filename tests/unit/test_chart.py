@@ -561,6 +561,13 @@ def test_file_sources_are_refused_unless_roots_are_given(helm, monkeypatch):
     assert "modelFileRoots" in refused(helm, {"modelFileRoots": ["relative/path"]})
 
 
+def test_the_compiler_version_of_cache_keys_is_a_chart_value(helm, monkeypatch):
+    assert _operator_settings(monkeypatch, render()).compiler_version == "0.1.0"  # the release's
+    built = render({"compilerVersion": "0.1.0+build.7"})
+    assert _operator_settings(monkeypatch, built).compiler_version == "0.1.0+build.7"
+    assert "compilerVersion" in refused(helm, {"compilerVersion": "0.1.0 of today"})
+
+
 def test_the_scalers_recent_rate_window_is_a_chart_value(helm, monkeypatch):
     assert _operator_settings(monkeypatch, render()).slo_recent_rate_window == "10s"
     assert _operator_settings(monkeypatch, render({"sloRecentRateWindow": "1m"})).slo_recent_rate_window == "1m"
@@ -573,7 +580,7 @@ def test_the_scalers_recent_rate_window_is_a_chart_value(helm, monkeypatch):
 def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_through_cert_manager(helm):
     digest = "sha256:" + "ab" * 32
     pushed = {
-        name: images.Pushed(name, f"localhost:5000/tensorkiln/{name}", "0.1.0", digest)
+        name: images.Pushed(name, f"localhost:5000/tensorkiln/{name}", "0.1.0", digest, f"{name[0]}" * 64)
         for name in ("operator", "compiler", "serving")
     }
     docs = render(install.chart_values(pushed), api_versions=[CERT_MANAGER])
@@ -582,6 +589,8 @@ def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_thr
     settings = env(container)
     assert settings["TENSORKILN_COMPILER_IMAGE"] == f"localhost:5000/tensorkiln/compiler@{digest}"
     assert settings["TENSORKILN_SERVING_IMAGE"] == f"localhost:5000/tensorkiln/serving@{digest}"
+    # Engines of another build of the compiler image are not reused: its ID is part of the cache key.
+    assert settings["TENSORKILN_COMPILER_VERSION"] == "0.1.0+cccccccccccc"
     # Compiled with the serving image's release's runtimes.
     assert settings["TENSORKILN_SERVING_TARGET"] == "24.10"
     assert settings["TENSORKILN_REGISTRY_URI"] == f"pvc://{install.CLAIM}/engines"

@@ -79,9 +79,12 @@ def test_compiles_selects_and_publishes_only_the_winner(tmp_path, compile, regis
 def test_accuracy_gate_rejects_int8_and_keeps_its_figures(tmp_path, compile, registry):
     model = conv_classifier(tmp_path / "m.onnx")
     tiny = {"maxAbsError": 1e-9, "maxRelError": 1e-9, "minCosineSimilarity": 0.999999}
-    code, message = compile(compile_spec(model, tmp_path / "registry", precisions=["FP32", "INT8"], accuracy=tiny))
+    spec = compile_spec(model, tmp_path / "registry", precisions=["FP32", "INT8"], accuracy=tiny)
+    code, message = compile(spec | {"compilerVersion": "0.1.0+dev.7"})  # a development build, as the operator names it
     assert code == 0 and message["rejected"] >= 1
-    candidates = {c["id"]: c for c in registry.manifest(message["engine"]["digest"])["candidates"]}
+    manifest = registry.manifest(message["engine"]["digest"])
+    assert manifest["key"]["compilerVersion"] == "0.1.0+dev.7"  # so the release's engines are not this build's
+    candidates = {c["id"]: c for c in manifest["candidates"]}
     int8 = candidates["onnxruntime-int8"]
     assert int8["status"] == "RejectedAccuracy" and int8["benchmarks"] == []
     assert int8["accuracy"]["maxAbsError"] > 1e-9 and "maxRelError 1e-09" in int8["reason"]
@@ -126,6 +129,8 @@ BAD_INPUTS = {
     # This venv has constraints.txt's onnxruntime, which no Triton release serves with.
     "runtime-mismatch": (lambda tmp, spec: spec.update(servingTarget="24.10"), "RuntimeMismatch",
                          "but Triton 24.10 (server 2.51.0) serves OnnxRuntime engines with onnxruntime 1.19.2"),
+    "compiler-version": (lambda tmp, spec: spec.update(compilerVersion="0.2.0+abc"), "CompilerVersionMismatch",
+                         "spec.compilerVersion 0.2.0+abc names another release than this compiler's 0.1.0"),
 }  # fmt: skip
 
 

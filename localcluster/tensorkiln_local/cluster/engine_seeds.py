@@ -36,6 +36,8 @@ from tensorkiln_api.registry.manifest import (
 )
 
 from tensorkiln_local import install
+from tensorkiln_local.cluster import registry as image_registry
+from tensorkiln_local.images import build as images
 from tensorkiln_local.images.catalog import SERVING_TARGET
 
 PLACEHOLDER = b"test seed for a kwok-simulated GPU pool: not a TensorRT engine\n"
@@ -52,7 +54,11 @@ def _publish(
     **fields,
 ) -> str:
     """Publish `files` as the engine of (model, target) under the operator's cache key; return its digest."""
-    settings = Settings(registry_uri=registry_uri, serving_target=SERVING_TARGET)  # as the local install sets it
+    settings = Settings(  # as the local install sets it
+        registry_uri=registry_uri,
+        serving_target=SERVING_TARGET,
+        compiler_version=install.compiler_version(images.pushed(image_registry.HOST)),
+    )
     spec = normalised_spec(model)
     # Only the spec matters here; the owner reference needs some uid.
     compile_spec = build_compile_job(
@@ -67,7 +73,7 @@ def _publish(
             model_digest=compile_spec["modelDigest"],
             options_hash=compile_spec["optionsHash"],
             hardware_class=target.name,
-            compiler_version=settings.compiler_version,
+            compiler_version=compile_spec["compilerVersion"],
         ),
         model_name=model["metadata"]["name"],
         source_uri=spec["source"]["uri"],

@@ -45,6 +45,7 @@ class Pushed:
     repository: str  # <registry>/tensorkiln/<name>
     tag: str
     digest: str
+    image_id: str  # the built image's ID (its config's digest), whatever compression the push used
 
     @property
     def pinned(self) -> str:
@@ -188,7 +189,7 @@ def push(built: Built, registry: str, tag: str, tls_verify: bool, compression: s
     recorded = records.get(built.name)
     wanted = {"image_id": built.image_id, "tag": tag, "compression": compression}
     if recorded and all(recorded.get(k) == v for k, v in wanted.items()) and _in_registry(recorded):
-        return Pushed(built.name, repository, tag, recorded["digest"])
+        return Pushed(built.name, repository, tag, recorded["digest"], built.image_id)
     with tempfile.TemporaryDirectory() as tmp:
         digest_file = Path(tmp) / "digest"
         subprocess.run(
@@ -201,7 +202,7 @@ def push(built: Built, registry: str, tag: str, tls_verify: bool, compression: s
         digest = digest_file.read_text().strip()
     records[built.name] = {**wanted, "digest": digest, "repository": repository, "tls_verify": tls_verify}
     _registry_record(registry).write_text(json.dumps(records, indent=2, sort_keys=True))
-    return Pushed(built.name, repository, tag, digest)
+    return Pushed(built.name, repository, tag, digest, built.image_id)
 
 
 def _in_registry(recorded: dict) -> bool:
@@ -218,6 +219,6 @@ def _in_registry(recorded: dict) -> bool:
 def pushed(registry: str) -> dict[str, Pushed]:
     """What was pushed to `registry`, by image name."""
     return {
-        name: Pushed(name, r["repository"], r["tag"], r["digest"])
+        name: Pushed(name, r["repository"], r["tag"], r["digest"], r["image_id"])
         for name, r in _read(_registry_record(registry)).items()
     }

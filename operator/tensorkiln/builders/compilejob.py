@@ -96,6 +96,7 @@ def build_compile_job(model: dict, spec: dict, target: HardwareClass, settings: 
         "objective": compile_options["objective"],
         "registry": {"uri": settings.registry_uri},
         "image": settings.compiler_gpu_image if target.kind == "GPU" else settings.compiler_image,  # TensorRT on GPUs
+        "compilerVersion": settings.compiler_version,
         "deadlineSeconds": compile_options["deadlineSeconds"],
         "retries": compile_options["retries"],
     }
@@ -144,5 +145,5 @@ def cache_key(compile_job: dict, settings: Settings) -> CacheKey | None:
         model_digest=spec["modelDigest"],
         options_hash=spec["optionsHash"],
         hardware_class=spec["hardware"]["className"],
-        compiler_version=settings.compiler_version,
+        compiler_version=spec.get("compilerVersion") or settings.compiler_version,  # as the compiler keys it
     )
