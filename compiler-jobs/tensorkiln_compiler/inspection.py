@@ -350,13 +350,14 @@ def _with_profile(tensor: Tensor, shapes: Shapes, batched: bool) -> Tensor:
     low, opt, high = [], [], []
     if batched:
         batch = shapes.batch
-        static_batch = tensor.dims[0]
-        if static_batch is not None and (batch.min, batch.max) != (static_batch, static_batch):
+        if tensor.dims[0] is not None:
+            # Even a static 1: Triton's backends batch along a dynamic axis 0 only, and refuse to load a model
+            # whose axis 0 is static under max_batch_size > 0 ("the first dimension must be -1").
             raise InvalidInput(
                 "ShapeMismatch",
-                f"spec.shapes.batch: {batch.min}..{batch.max}, but input {tensor.name!r} has a static batch "
-                f"dimension of {static_batch} ({tensor.written()}); set min=opt=max={static_batch} or export a "
-                f"dynamic batch axis; if axis 0 is no batch, {UNBATCHED}",
+                f"spec.serving.maxBatchSize: input {tensor.name!r} has a static batch dimension of {tensor.dims[0]} "
+                f"({tensor.written()}), and Triton batches only along a dynamic axis 0; {UNBATCHED} (axis 0 "
+                "included, as the model has it), or export the model with a dynamic batch axis",
             )
         low, opt, high = [batch.min], [batch.opt], [batch.max]
     entries = {e.axis: e for e in shapes.dynamic_dims if e.input == tensor.name}

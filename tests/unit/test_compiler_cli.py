@@ -115,7 +115,7 @@ BAD_INPUTS = {
     "opset": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Relu", opset=99), "UnsupportedOpset", "uses opset 99"),
     "operator": (lambda tmp, spec: single_op_model(tmp / "m.onnx", "Frob", domain="com.acme"), "UnsupportedOperator", "custom operator(s) com.acme::Frob: onnxruntime here registers no such domain"),
     "custom-domain": (lambda tmp, spec: tokenizer_model(tmp / "m.onnx"), "UnsupportedOperator", "custom operator(s) ai.onnx.contrib::SentencepieceTokenizer: onnxruntime"),
-    "shapes": (lambda tmp, spec: conv_classifier(tmp / "m.onnx", batch=1), "ShapeMismatch", "spec.shapes.batch: 1..4"),
+    "shapes": (lambda tmp, spec: conv_classifier(tmp / "m.onnx", batch=1), "ShapeMismatch", "spec.serving.maxBatchSize: input 'x' has a static batch dimension of 1"),
     "zipmap": (lambda tmp, spec: zipmap_classifier(tmp / "m.onnx"), "UnsupportedTensorType", "output 'output_probability' is a sequence of maps"),
     "empty-calibration": (
         lambda tmp, spec: spec.update(calibration=write_calibration(tmp, x=np.zeros((0, 3, 8, 8), np.float32))),

