@@ -1,3 +1,4 @@
+from tensorkiln.status.pods import container_problem
 from tensorkiln.status.serving import Rollout, desired_engine, desired_replicas, observe, with_problem
 
 D1, D2 = "1" * 64, "2" * 64
@@ -77,3 +78,35 @@ def test_a_failing_engine_fetch_is_the_rollout_problem():
     rollout = with_problem(Rollout(D1, 1, 1, False), [pod])
     assert rollout.problem == "pod m-l4-abc: container engine-fetch exited 1: model.xml: sha256 mismatch"
     assert with_problem(Rollout(D1, 1, 1, False), []).problem is None
+
+
+# The tail of a Triton log that could not load its model (FallbackToLogsOnError), as the kubelet keeps it.
+TRITON_TAIL = """\
++-----------+---------+----------------------------------------------------------------------------------------+
+| Model     | Version | Status                                                                                 |
++-----------+---------+----------------------------------------------------------------------------------------+
+| akiki-vad | 1       | UNAVAILABLE: Invalid argument: model 'akiki-vad', tensor 'audio_with_context': for the |
+|           |         | model to support batching the shape should have at least 1 dimension |
++-----------+---------+----------------------------------------------------------------------------------------+
+
+I1207 10:44:52.564879 1 server.cc:345] "Timeout 30: Found 0 live models and 0 in-flight non-inference requests"
+error: creating server: Internal - failed to load all models
+"""
+
+
+def test_a_triton_that_cannot_load_its_model_says_which_and_why():
+    status = {"name": "triton", "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": TRITON_TAIL}}}
+    assert container_problem("m-cpu-abc", status) == (
+        "pod m-cpu-abc: container triton exited 1: model akiki-vad: UNAVAILABLE: Invalid argument: model "
+        "'akiki-vad', tensor 'audio_with_context': for the model to support batching the shape should have at "
+        "least 1 dimension"
+    )
+    tail_only = {
+        **status,
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": TRITON_TAIL[-80:]}},
+    }
+    assert container_problem("p", tail_only) == (
+        "pod p: container triton exited 1: error: creating server: Internal - failed to load all models"
+    )
+    no_message = {**status, "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+    assert container_problem("p", no_message) == "pod p: container triton exited 1: Error"

@@ -131,6 +131,8 @@ def build_deployment(
             "--metrics-port=8002",
         ],
         "ports": [{"name": port_name, "containerPort": port} for port_name, port in PORTS],
+        # Triton writes no termination message: its log's tail says why it exited (status.pods.why).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "readinessProbe": _probe("/v2/health/ready", 5, 3),
         "livenessProbe": _probe("/v2/health/live", 10, 3),
         # Loading a large engine can take minutes (10 at most); liveness waits for this to pass first. Probed
