@@ -15,6 +15,9 @@ Output shapes: each build records those onnxruntime itself gives its file's outp
 Triton's onnxruntime backend checks the config against: onnxruntime's shape inference can fix a size the file
 declares symbolic (minilm-l3's '461', declared [?, ?], is [?, 384] to onnxruntime 1.19 and 1.32 alike), and the
 backend refuses a config's -1 against a fixed size (minilm-l3's Triton pod crash-looped so, make matrix 12-07).
+They are read from a session at the optimisation level the backend opens the file with (the config's, else
+ORT_ENABLE_ALL, its default): constant folding fixes more (akiki-vad's 'probability', behind an If, is [?]
+unoptimised and [1] from ORT_ENABLE_BASIC up; its pod crash-looped so, make matrix 12-07).
 """
 
 from __future__ import annotations
@@ -160,15 +163,18 @@ def _opened(precision: Precision, out: Path, settings: dict, variant: str = "") 
         settings=settings,
         open=lambda: OrtRunner(out, session_options(threads, level), chosen),
         variant=variant,
-        output_dims=output_dims(out),
+        output_dims=output_dims(out, level),
     )
 
 
-def output_dims(path: Path) -> dict[str, list[int]]:
-    """Each output's shape as onnxruntime gives it for the file (its graph resolved, no optimisation run), -1
-    where a size stays symbolic."""
+def output_dims(
+    path: Path, level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+) -> dict[str, list[int]]:
+    """Each output's shape as onnxruntime gives it for the file opened at `level` (the one Triton's backend
+    will open it with: ORT_ENABLE_ALL unless the config says otherwise), -1 where a size stays symbolic."""
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.graph_optimization_level = level
+    options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=[CPU])
     return {o.name: [d if isinstance(d, int) else -1 for d in o.shape] for o in session.get_outputs()}
 
