@@ -79,10 +79,14 @@ unit: venv
 	$(TKL) cluster build helm
 	$(PY) -m pytest tests/unit -q
 
+# The integration tests run on a local cluster of their own, `tensorkiln-test` (its own kwok, state and data
+# directories): never on the demo's, whose state they neither touch nor inherit. It is stopped at the end,
+# its state kept, so the next run resumes it. One local cluster runs at a time (they share local-0's
+# network): while the demo's runs, `cluster up` refuses and says how to stop it.
+TEST_CLUSTER := TENSORKILN_CLUSTER=tensorkiln-test TENSORKILN_LOCAL_DATA=/var/lib/tensorkiln-test
 integration: prepare
-	$(TKL) cluster up
-	$(TKL) install
-	$(PY) -m pytest tests/integration -q --durations=25
+	export $(TEST_CLUSTER); $(TKL) cluster up || exit; trap '$(TKL) cluster stop' EXIT; \
+		$(TKL) install && $(PY) -m pytest tests/integration -q --durations=25
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
 ## away, killed compile pods, admission fuzzing, against the installed operator; long (about 12
@@ -109,3 +113,4 @@ manifests: venv
 
 down: venv
 	$(TKL) cluster down
+	$(TEST_CLUSTER) $(TKL) cluster down

@@ -14,6 +14,8 @@ def _cluster(args) -> int:
 
     if args.action == "up":
         cluster.up(Path(args.pools))
+    elif args.action == "stop":
+        cluster.stop()
     elif args.action == "down":
         cluster.down()
     elif args.action == "status":
@@ -124,6 +126,9 @@ def parser() -> argparse.ArgumentParser:
     cluster_actions = cluster.add_subparsers(dest="action", required=True)
     up = cluster_actions.add_parser("up", help="create or restart the cluster and converge pools and CRDs (idempotent)")
     up.add_argument("--pools", default=str(paths.DEFAULT_POOLS), help="node pool file (default: %(default)s)")
+    cluster_actions.add_parser(
+        "stop", help="stop every process of the cluster, keeping its state (as a machine shut down); `up` resumes it"
+    )
     cluster_actions.add_parser(
         "down", help="stop the real nodes, kube-proxy, registry and control plane; delete the cluster and its network"
     )

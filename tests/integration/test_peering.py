@@ -13,13 +13,14 @@ import time
 import pytest
 from kubernetes import client
 from tensorkiln_api import GROUP, VERSION
+from tensorkiln_local.cluster import paths
 
 from .conftest import Operator
 from .helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 PEERING = "tensorkiln"
-STAGED = "/var/lib/tensorkiln/models/rapidocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+STAGED = paths.SAMPLE_MODELS / "rapidocr" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 
 def model(namespace: str, name: str) -> dict:

@@ -23,14 +23,14 @@ from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.review import checks
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_api.registry.manifest import Benchmark, Candidate, TensorInfo
-from tensorkiln_local.cluster import binaries, engine_seeds
+from tensorkiln_local.cluster import binaries, engine_seeds, paths
 
 from .conftest import Operator, free_port
 from .helpers import namespace_exists, wait_for
 
 pytestmark = pytest.mark.cluster
 
-STAGED = "/var/lib/tensorkiln/models/rapidocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+STAGED = paths.SAMPLE_MODELS / "rapidocr" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 REGISTRY_SECRET = "registry-credentials"
 H100_ONLY = {"mode": "Auto", "include": ["NVIDIA-H100*"]}
 
@@ -82,7 +82,7 @@ def webhook_operator(api, namespaces, tmp_path_factory):
         env={
             "TENSORKILN_WEBHOOK_PORT": str(free_port()),
             "TENSORKILN_WEBHOOK_MANAGED": configuration,
-            "TENSORKILN_MODEL_FILE_ROOTS": "/var/lib/tensorkiln/models",
+            "TENSORKILN_MODEL_FILE_ROOTS": str(paths.SAMPLE_MODELS),
             "TENSORKILN_REGISTRY_SECRET": REGISTRY_SECRET,
             "TENSORKILN_LOG_FORMAT": "full",
         },
@@ -164,11 +164,11 @@ def test_file_uri_outside_the_allowed_roots_is_refused(api, webhook_operator, na
     assert error is not None, "file:///etc/... was admitted"
     message = json.loads(error.body)["message"]
     assert "spec.source.uri: file:///etc/tensorkiln/model.onnx is outside the directories" in message
-    assert "/var/lib/tensorkiln/models" in message
+    assert str(paths.SAMPLE_MODELS) in message
 
 
 def test_dot_dot_is_refused_by_the_crd_itself(api, webhook_operator, namespaces):
-    error = refusal(api, model(namespaces[0], "dot-dot", uri="file:///var/lib/tensorkiln/models/../registry/x"))
+    error = refusal(api, model(namespaces[0], "dot-dot", uri=f"file://{paths.SAMPLE_MODELS}/../registry/x"))
     assert error is not None and "spec.source.uri" in error.body and "'..' path segment" in error.body
 
 
@@ -224,7 +224,7 @@ def plain_operator(api, namespace, tmp_path):
         tmp_path / "operator.log",
         f"file://{tmp_path / 'registry'}",
         args=["--namespace", namespace],
-        env={"TENSORKILN_LOG_FORMAT": "full", "TENSORKILN_MODEL_FILE_ROOTS": "/var/lib/tensorkiln/models"},
+        env={"TENSORKILN_LOG_FORMAT": "full", "TENSORKILN_MODEL_FILE_ROOTS": str(paths.SAMPLE_MODELS)},
     )
     op.start()
     yield op

@@ -62,18 +62,29 @@ def _cluster_exists() -> bool:
     return (paths.KWOK_CLUSTER_DIR / "kwok.yaml").exists()
 
 
+def _alive(pidfile: Path) -> bool:
+    """The process kwokctl recorded in `pidfile` (<cluster dir>/pids/) runs: one of that cluster's own
+    binaries (<cluster dir>/bin/), not another process that got the pid since."""
+    try:
+        command = Path(f"/proc/{int(pidfile.read_text().strip())}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return f"{pidfile.parent.parent}/bin/".encode() in command
+
+
 def _dead_components() -> list[str]:
     """Control-plane processes kwokctl started that are gone (e.g. a kube-controller-manager that
     exited on a lost leader lease while the machine was overloaded): kwokctl keeps their pids."""
-    dead = []
-    for pidfile in sorted((paths.KWOK_CLUSTER_DIR / "pids").glob("*.pid")):
-        try:
-            os.kill(int(pidfile.read_text().strip()), 0)
-        except (ValueError, ProcessLookupError):
-            dead.append(pidfile.stem)
-        except PermissionError:  # alive, someone else's
-            pass
-    return dead
+    return [pidfile.stem for pidfile in sorted((paths.KWOK_CLUSTER_DIR / "pids").glob("*.pid")) if not _alive(pidfile)]
+
+
+def other_running_cluster() -> str | None:
+    """Another local cluster of this machine whose control plane runs (paths.CLUSTER_NAME: they share
+    local-0's network, so one runs at a time), or None."""
+    for directory in sorted((paths.KWOK_HOME / "clusters").glob("*")):
+        if directory.name != paths.CLUSTER_NAME and any(map(_alive, (directory / "pids").glob("*.pid"))):
+            return directory.name
+    return None
 
 
 RESTART_ATTEMPTS = 3
@@ -223,6 +234,12 @@ def start_node(core: client.CoreV1Api, name: str) -> None:
 
 def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
     """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent."""
+    if other := other_running_cluster():
+        raise SystemExit(
+            f"the local cluster {other!r} runs on this machine, and local clusters share local-0's network: "
+            f"stop it first with `TENSORKILN_CLUSTER={other} tensorkiln-local cluster stop` (it keeps its state; "
+            f"`cluster up` resumes it), then start {paths.CLUSTER_NAME!r} again"
+        )
     packages.ensure(packages.CLUSTER)
     _stage_sample_models()
     _start_control_plane()
@@ -241,15 +258,32 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
     print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
 
 
-def down() -> None:
-    """Stop Prometheus, kube-proxy, the real nodes (their containers, mounts, cgroups
-    and bridges go with them), the network rules and the registry; delete the control plane. The
-    registry's storage and the built images stay: they are a cache."""
+def stop() -> None:
+    """Stop every process of the cluster and keep its state, as a machine that is shut down or suspended
+    does: Prometheus, kube-proxy, the real nodes (their containers die with them), the registry and the
+    control plane. `up` starts it again as it was; Jobs whose deadline passed meanwhile are then failed."""
     prometheus.stop()
     kubeproxy.stop()
     for name in nodes.existing():
-        nodes.remove(name)
-    network.teardown()
+        nodes.shut_down(name)
+    registry.stop()
+    if _cluster_exists():
+        _kwokctl("stop", "cluster")
+    print(f"cluster {paths.CLUSTER_NAME} stopped; `tensorkiln-local cluster up` starts it again")
+
+
+def down() -> None:
+    """Stop Prometheus, kube-proxy, the real nodes (their containers, mounts, cgroups
+    and bridges go with them), the network rules and the registry; delete the control plane. The
+    registry's storage and the built images stay: they are a cache. While another local cluster runs, the
+    network it shares (local-0's bridge, the nftables tables) stays to it."""
+    shared = other_running_cluster() is not None
+    prometheus.stop()
+    kubeproxy.stop()
+    for name in nodes.existing():
+        nodes.remove(name, keep_bridge=shared)
+    if not shared:
+        network.teardown()
     registry.stop()
     if _cluster_exists():
         _kwokctl("delete", "cluster")

@@ -8,7 +8,7 @@ same machine. Each node N has, all named after it and removed by `cluster down`:
   (10250, with a certificate the cluster CA signs); its pods get 10.244.N.x from host-local IPAM;
 - a containerd with its own root, state and socket, CNI configuration and sandbox (pause) image,
   pulling from the local image registry over plain HTTP (localhost only);
-- a kubelet with its own root directory, cgroup root `/tensorkiln-local-N` (cgroupfs driver;
+- a kubelet with its own root directory, cgroup root `/<cluster>-local-N` (cgroupfs driver;
   cgroup v1 here) and x509 client certificate (system:node:local-N); webhook authentication and
   authorization, no anonymous access;
 - the labels a node of this machine truthfully has: its CPU's NFD labels, `tensorkiln.dev/local-node`
@@ -46,7 +46,7 @@ CPU_POOL_LABEL = "tensorkiln.dev/cpu-pool"
 LOCAL_NODE_LABEL = "tensorkiln.dev/local-node"
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 # Every node's containerd and kubelet socket and runtime state (tmpfs): one directory per node.
-RUN_DIR = Path("/run/tensorkiln")
+RUN_DIR = Path("/run") / paths.CLUSTER_NAME
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class RealNode:
 
     @property
     def cgroup_root(self) -> str:
-        return f"/tensorkiln-{self.name}"
+        return f"/{paths.CLUSTER_NAME}-{self.name}"  # the cluster's own: another's pods are never its
 
     @property
     def state(self) -> Path:
@@ -377,15 +377,25 @@ def stop(name: str) -> bool:
     return ran
 
 
-def remove(name: str) -> None:
-    """Stop the node and remove everything that is its: mounts, cgroups, bridge, state."""
+def shut_down(name: str) -> None:
+    """Stop the node as a machine shutdown does: its processes and containers end, its mounts go (the pods'
+    volumes, root filesystems and network namespaces, whose veths go with them) and so does its runtime
+    directory (/run is a tmpfs); its state stays. Started again, the kubelet recreates its pods."""
     node = RealNode(name)
     stop(name)
     for mount_point in _mounts_under(node.state) + _mounts_under(node.run):
         subprocess.run(["umount", "--lazy", mount_point], check=False)
-    _remove_cgroups(node.cgroup_root)
-    network.remove_node_bridge(node.bridge)
     shutil.rmtree(node.run, ignore_errors=True)
+
+
+def remove(name: str, keep_bridge: bool = False) -> None:
+    """Stop the node and remove everything that is its: mounts, cgroups, bridge (unless `keep_bridge`: the
+    same-named node of another local cluster runs on it), state."""
+    node = RealNode(name)
+    shut_down(name)
+    _remove_cgroups(node.cgroup_root)
+    if not keep_bridge:
+        network.remove_node_bridge(node.bridge)
     shutil.rmtree(node.state, ignore_errors=True)
 
 

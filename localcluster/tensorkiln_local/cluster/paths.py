@@ -1,9 +1,16 @@
 """Where the local cluster keeps its binaries, configuration and state."""
 
 import os
+import re
 from pathlib import Path
 
-CLUSTER_NAME = "tensorkiln"
+# The cluster's name (TENSORKILN_CLUSTER), which names its kwok, state and data directories: `tensorkiln`,
+# the demo's, by default; `make test` runs one of its own, `tensorkiln-test`, so that it neither touches the
+# demo's cluster nor inherits its state. One local cluster of a machine runs at a time: they share local-0's
+# network (its bridge, addresses and nftables tables), so `cluster up` refuses while another one runs.
+CLUSTER_NAME = os.environ.get("TENSORKILN_CLUSTER", "tensorkiln")
+if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", CLUSTER_NAME):
+    raise SystemExit(f"TENSORKILN_CLUSTER={CLUSTER_NAME!r}: a lowercase name of letters, digits and '-', up to 31")
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 LOCALCLUSTER_DIR = REPO_ROOT / "localcluster"
@@ -37,7 +44,7 @@ CLUSTER_CA_KEY = KWOK_CLUSTER_DIR / "pki" / "ca.key"
 
 # Data of this machine the local cluster serves from: the staged sample models (the model store
 # serves them, install.py) and the registry volume behind the claims `tensorkiln-registry`.
-LOCAL_DATA = Path(os.environ.get("TENSORKILN_LOCAL_DATA", "/var/lib/tensorkiln"))
+LOCAL_DATA = Path(os.environ.get("TENSORKILN_LOCAL_DATA", f"/var/lib/{CLUSTER_NAME}"))
 SAMPLE_MODELS = LOCAL_DATA / "models"
 
-STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / "tensorkiln"))
+STATE_DIR = Path(os.environ.get("TENSORKILN_STATE", Path.home() / ".local" / "state" / CLUSTER_NAME))

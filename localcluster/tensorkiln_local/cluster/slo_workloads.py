@@ -31,13 +31,13 @@ from tensorkiln.scaling.metrics import connect, observe
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_api.registry.manifest import TensorInfo
 
-from tensorkiln_local.cluster import prometheus
+from tensorkiln_local.cluster import paths, prometheus
 from tensorkiln_local.cluster.engine_seeds import publish_simulation
 from tensorkiln_local.cluster.ocr_models import CLS, DET, OcrModel
 from tensorkiln_local.load import capacity
 from tensorkiln_local.load.loadgen import Phase
 
-STAGED = Path("/var/lib/tensorkiln/models/rapidocr")  # where `tensorkiln-local cluster up` stages the models
+STAGED = paths.SAMPLE_MODELS / "rapidocr"  # where `tensorkiln-local cluster up` stages the models
 
 
 @dataclass(frozen=True)
