@@ -42,6 +42,8 @@ CJ = {"spec": {"deadlineSeconds": 600}}
         (job("j", "Failed", "DeadlineExceeded"), pod(30), "deadline (600 s) passed while the compiler could not run"),
         (job("j", "Failed", "DeadlineExceeded"), pod(None), "(it never ran)"),
         (job("j", "Failed", "BackoffLimitExceeded"), None, "the compile pod is gone"),
+        # A cluster stopped past the deadline: the Job controller deleted the pod when it resumed.
+        (job("j", "Failed", "DeadlineExceeded"), None, "the Job's deadline (600 s) passed and the compile pod is gone"),
         (job("j", "Failed", "BackoffLimitExceeded"), pod(5, reason="Evicted", message="low memory"), "evicted"),
         (job("j", "Complete"), pod(5), "the registry holds no engine the compiler reported"),
     ],

@@ -44,9 +44,10 @@ def behind_a_constant_if(path):
     """y = Sigmoid(If(true, x [1, 4], concat(x, x) [2, 4])): [?, 4] to shape inference, [1, 4] once constant
     folding takes the branch (akiki-vad's 'probability' is so)."""
     fp32 = onnx.TensorProto.FLOAT
-    branch = lambda name, node, shape: h.make_graph(
-        [node], name, [], [h.make_tensor_value_info(node.output[0], fp32, shape)]
-    )  # noqa: E731
+
+    def branch(name, node, shape):
+        return h.make_graph([node], name, [], [h.make_tensor_value_info(node.output[0], fp32, shape)])
+
     graph = h.make_graph(
         [
             h.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(np.array(True))),

@@ -190,14 +190,17 @@ def cluster_fault(compile_job: dict, job: dict, pod: dict | None, published: Pub
     failed, terminated = _job_condition(job, "Failed"), _termination(pod)
     if not failed or compiler_report((terminated or {}).get("message") or "").get("error"):
         return None
+    deadline = compile_job["spec"].get("deadlineSeconds", 3600)
     if pod is None:
-        return "the compile pod is gone (its node was lost or deleted)"
+        gone = "the compile pod is gone (its node was lost, deleted or stopped)"
+        if failed.get("reason") == "DeadlineExceeded":  # a cluster resumed past it: the Job controller deleted it
+            return f"the Job's deadline ({deadline} s) passed and {gone}: an outage?"
+        return gone
     pod_status = pod.get("status", {})
     if pod_status.get("reason") == "Evicted" or find(pod_status.get("conditions"), "DisruptionTarget"):
         return f"the compile pod was evicted: {pod_status.get('message', 'a disruption')}"
     if failed.get("reason") == "DeadlineExceeded":
         ran = _seconds_run(terminated)
-        deadline = compile_job["spec"].get("deadlineSeconds", 3600)
         if ran is None or ran < DEADLINE_SHARE_RUN * deadline:
             run = "never ran" if ran is None else f"ran {ran:.0f} s of it"
             return f"the Job's deadline ({deadline} s) passed while the compiler could not run (it {run}): an outage?"
