@@ -114,9 +114,11 @@ class Operator:
         self.metrics_port = free_port()
         self.env = {
             **os.environ,
+            # As the installed operator is set (its images, serving target and compiler version: the seeded
+            # engine's cache key is the one it looks up), but for the registry and what follows.
+            **install.process_environment(registry_uri),
             "KUBECONFIG": str(kubeconfig),
             "PYTHONPATH": str(tree / "operator"),
-            "TENSORKILN_REGISTRY_URI": registry_uri,
             "TENSORKILN_METRICS_PORT": str(self.metrics_port),
             "TENSORKILN_HEALTH_PORT": str(free_port()),
             "TENSORKILN_LISTEN_ADDRESS": "127.0.0.1",
@@ -127,7 +129,7 @@ class Operator:
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
-        argv = [sys.executable, "-m", "tensorkiln", "operator", "run", "--namespace", self.namespace]
+        argv = [sys.executable, "-m", "tensorkiln", "run", "--namespace", self.namespace]
         self.proc = subprocess.Popen(
             argv,
             stdout=log,

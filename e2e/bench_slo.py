@@ -124,7 +124,7 @@ def start_operator(namespace: str, registry_uri: str, work_dir: Path) -> subproc
            "TENSORKILN_SLO_PERIOD_SECONDS": "5",
            "TENSORKILN_METRICS_PORT": "0", "TENSORKILN_HEALTH_PORT": "0"}  # fmt: skip
     log = open(work_dir / f"operator-{namespace}.log", "ab")
-    command = [sys.executable, "-m", "tensorkiln", "operator", "run", "--namespace", namespace]
+    command = [sys.executable, "-m", "tensorkiln", "run", "--namespace", namespace]
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
