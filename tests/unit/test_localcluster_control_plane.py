@@ -4,6 +4,8 @@ component that stopped anyway is found from kwokctl's pid files and started agai
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -28,6 +30,10 @@ def started(cluster_dir, component: str) -> subprocess.Popen:
     (cluster_dir / "bin" / component).symlink_to(shutil.which("sleep"))
     process = subprocess.Popen([str(cluster_dir / "bin" / component), "60"])
     (cluster_dir / "pids" / f"{component}.pid").write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + 10
+    while str(cluster_dir / "bin").encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the process never ran its binary"  # forked, not yet exec'd
+        time.sleep(0.01)
     return process
 
 
