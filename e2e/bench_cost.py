@@ -39,12 +39,11 @@ from pathlib import Path
 
 from bench_slo import start_operator
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln.scaling.capacity import capacity_at_target
 from tensorkiln.scaling.offers import COUNTED_SHARE
 from tensorkiln.scaling.placement import ClassOffer, place
 from tensorkiln_local import install
-from tensorkiln_local.cluster import cluster, cost_workload, nodes, paths
+from tensorkiln_local.cluster import cluster, connection, cost_workload, nodes, paths
 from tensorkiln_local.cluster.cost_workload import POOLS, REPLICA_CPU
 from tensorkiln_local.cluster.slo_workloads import SIMULATED
 from tensorkiln_local.load.evaluation import report
@@ -229,7 +228,7 @@ def main() -> None:
         "--work-dir", type=Path, help="keep the operators' logs and the registry here (default: a temporary dir)"
     )
     args = parser.parse_args()
-    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    os.environ["KUBECONFIG"] = str(paths.KUBECONFIG)  # subprocesses too: this cluster, whatever the shell names
     low, high, after = args.phase_seconds
     phases = [Phase("low", args.low, low), Phase("high", 4 * args.low, high), Phase("low-again", args.low, after)]
     bursts = args.burst or [3 * args.low, 1.5 * args.low]
@@ -241,7 +240,7 @@ def main() -> None:
     temporary = tempfile.TemporaryDirectory()
     work = args.work_dir or Path(temporary.name)
     work.mkdir(parents=True, exist_ok=True)
-    with temporary, kube.api_client(os.environ["KUBECONFIG"]) as api:
+    with temporary, connection.api_client() as api:
         core = client.CoreV1Api(api)
         install.scale_operator(api, 0)  # the installed operator would act on the benchmark's namespaces too
         second_was_up = "local-1" in nodes.running()

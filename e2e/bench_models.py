@@ -25,9 +25,8 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tensorkiln import kube
 from tensorkiln_local import matrix
-from tensorkiln_local.cluster import real_models
+from tensorkiln_local.cluster import connection, real_models
 
 RESULTS = Path(__file__).resolve().parent / "results" / "models.md"
 
@@ -40,7 +39,7 @@ def main() -> None:
     models = [real_models.BY_NAME[n] for n in args.only] if args.only else list(real_models.MODELS)
     staged = Path(real_models.STAGED_ROOT)
     real_models.stage(staged, names=[m.name for m in models])
-    api = kube.api_client()
+    api = connection.api_client()
     rows = []
     for model in models:
         row = matrix.run_one(api, model, staged, args.timeout)

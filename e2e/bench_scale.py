@@ -48,12 +48,11 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln.hardware.classes import discover
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install, rbac_audit
-from tensorkiln_local.cluster import cluster, paths
+from tensorkiln_local.cluster import cluster, connection, paths
 from tensorkiln_local.cluster.cluster import audit_lines
 from tensorkiln_local.cluster.engine_seeds import publish_test_seed
 
@@ -350,7 +349,7 @@ def main() -> None:
     args = parser.parse_args()
     cluster.up(POOLS)
     try:
-        with kube.api_client(str(paths.KUBECONFIG)) as api, tempfile.TemporaryDirectory() as work:
+        with connection.api_client() as api, tempfile.TemporaryDirectory() as work:
             install.scale_operator(api, 0)  # the installed operator would act alongside the one measured
             try:
                 found = run(args, api, Path(work))

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.hardware.classes import GPU_PRODUCT
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install
-from tensorkiln_local.cluster import cluster, paths
+from tensorkiln_local.cluster import cluster, connection, paths
 
 SAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "samples" / "resnet50-gpu.yaml"
 SCALE_POOLS = Path(__file__).resolve().parent / "pools-scale.yaml"
@@ -41,7 +40,7 @@ def main() -> None:
 
 
 def run(args) -> None:
-    with kube.api_client(str(paths.KUBECONFIG)) as api:
+    with connection.api_client() as api:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         products = {
             n.metadata.labels[GPU_PRODUCT] for n in core.list_node().items if GPU_PRODUCT in (n.metadata.labels or {})

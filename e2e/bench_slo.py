@@ -43,9 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln_local import install
-from tensorkiln_local.cluster import nodes, paths
+from tensorkiln_local.cluster import connection, nodes, paths
 from tensorkiln_local.cluster.slo_workloads import DETECTOR, SIMULATED, Workload, prepare, triton_latency
 from tensorkiln_local.load.evaluation import report
 from tensorkiln_local.load.loadgen import run_step_load
@@ -309,9 +308,9 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    os.environ["KUBECONFIG"] = str(paths.KUBECONFIG)  # subprocesses too: this cluster, whatever the shell names
     started, load_before = datetime.now(UTC), os.getloadavg()
-    with tempfile.TemporaryDirectory() as work, kube.api_client(os.environ["KUBECONFIG"]) as api:
+    with tempfile.TemporaryDirectory() as work, connection.api_client() as api:
         install.scale_operator(api, 0)  # the installed operator would act on the benchmark's namespaces too
         results = {}
         for name in args.workloads:

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 from tensorkiln_local import install
-from tensorkiln_local.cluster import paths
+from tensorkiln_local.cluster import connection, paths
 
 from tests.integration.conftest import operator  # noqa: F401  (the session's installed operator)
 
@@ -99,9 +98,9 @@ def cluster_wide_operators() -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="session")
 def api(cluster_lock):
-    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    os.environ["KUBECONFIG"] = str(paths.KUBECONFIG)  # subprocesses too: this cluster, whatever the shell names
     os.environ.setdefault(PVC_ROOT_ENV, str(install.claims_view()))
-    with kube.api_client(os.environ["KUBECONFIG"]) as api_client:
+    with connection.api_client() as api_client:
         client.VersionApi(api_client).get_code()
         others = cluster_wide_operators()
         if others:

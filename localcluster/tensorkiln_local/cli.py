@@ -33,11 +33,10 @@ def _cluster(args) -> int:
 
 def _node(args) -> int:
     from kubernetes import client
-    from tensorkiln import kube
 
-    from tensorkiln_local.cluster import cluster, nodes
+    from tensorkiln_local.cluster import cluster, connection, nodes
 
-    with kube.api_client(str(paths.KUBECONFIG)) as api:
+    with connection.api_client() as api:
         if args.action == "up":
             cluster.start_node(client.CoreV1Api(api), args.name)
             print(f"real node {args.name} is Ready (log: {nodes.RealNode(args.name).log('kubelet')})")

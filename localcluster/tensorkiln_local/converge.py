@@ -4,10 +4,11 @@
 import time
 
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln.controllers.compilejob import TERMINAL
 from tensorkiln.status.conditions import find
 from tensorkiln_api import GROUP, VERSION
+
+from tensorkiln_local.cluster import connection
 
 
 def pending(models: list[dict], compile_jobs: list[dict]) -> list[str]:
@@ -32,7 +33,7 @@ def pending(models: list[dict], compile_jobs: list[dict]) -> list[str]:
 
 
 def wait(timeout: float) -> int:
-    with kube.api_client() as api:
+    with connection.api_client() as api:
         custom = client.CustomObjectsApi(api)
         deadline = time.monotonic() + timeout
         while True:

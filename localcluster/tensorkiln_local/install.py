@@ -35,7 +35,17 @@ from tensorkiln_api import __version__
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 
 from tensorkiln_local import installmanifests
-from tensorkiln_local.cluster import certmanager, cluster, nodes, paths, processes, prometheus, registry, workloads
+from tensorkiln_local.cluster import (
+    certmanager,
+    cluster,
+    connection,
+    nodes,
+    paths,
+    processes,
+    prometheus,
+    registry,
+    workloads,
+)
 from tensorkiln_local.images import build as images
 from tensorkiln_local.images.catalog import LOCAL_PRODUCT, SERVING_TARGET
 
@@ -336,7 +346,7 @@ def install(namespaces: tuple[str, ...] = SAMPLE_NAMESPACES, overrides: dict | N
     cluster, with `overrides` over them); return the values used."""
     pushed = push_images()
     values = merged(chart_values(pushed), overrides or {})
-    with kube.api_client(str(paths.KUBECONFIG)) as api:
+    with connection.api_client() as api:
         apply_prerequisites(DynamicClient(api), pushed, namespaces)
         core = client.CoreV1Api(api)
         wait_ready(core, NAMESPACE, f"app.kubernetes.io/name={certmanager.NAME}")  # it issues the webhook's certificate

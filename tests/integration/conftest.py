@@ -17,10 +17,9 @@ import uuid
 
 import pytest
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 from tensorkiln_local import crdgen, install
-from tensorkiln_local.cluster import paths
+from tensorkiln_local.cluster import connection, paths
 
 from .helpers import wait_for
 
@@ -80,10 +79,10 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def api():
-    os.environ.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    os.environ["KUBECONFIG"] = str(paths.KUBECONFIG)  # subprocesses too: this cluster, whatever the shell names
     # pvc:// registries read from this machine as the operator's pod reads them (install.claims_view).
     os.environ.setdefault(PVC_ROOT_ENV, str(install.claims_view()))
-    with kube.api_client(os.environ["KUBECONFIG"]) as api_client:
+    with connection.api_client() as api_client:
         client.VersionApi(api_client).get_code()  # fail loudly: integration tests need the cluster
         yield api_client
 

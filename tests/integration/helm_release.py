@@ -17,10 +17,9 @@ import subprocess
 import pytest
 import yaml
 from kubernetes import client
-from tensorkiln import kube
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install, installmanifests
-from tensorkiln_local.cluster import binaries, paths, registry
+from tensorkiln_local.cluster import binaries, connection, paths, registry
 from tensorkiln_local.crdgen import kopf_peering_crds
 from tensorkiln_local.images import build as images
 
@@ -134,7 +133,7 @@ def wait_operator_ready(core: client.CoreV1Api, namespace: str, release: str) ->
 
 def container_log(pod: client.V1Pod) -> str:
     """The operator container's output (`kubectl logs`), its last 6000 characters."""
-    with kube.api_client() as api:
+    with connection.api_client() as api:
         try:
             log = client.CoreV1Api(api).read_namespaced_pod_log(
                 pod.metadata.name, pod.metadata.namespace, container="operator"

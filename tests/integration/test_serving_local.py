@@ -65,6 +65,7 @@ class Load:
         self.address = service_address(api, namespace, NAME)
         self.ok = self.failed = 0
         self.errors: list[str] = []
+        self.answering: set[int] = set()  # the threads that had an answer: the load is whole once all did
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
@@ -81,12 +82,18 @@ class Load:
                     infer_on(connection, NAME, {"x": batch}, timeout_s=10)
                 with self._lock:
                     self.ok += 1
+                    self.answering.add(seed)
             except Exception as error:
                 with self._lock:
                     self.failed += 1
                     self.errors.append(
                         f"{type(error).__name__}: {error}"[:200]
                     )  # tritonclient's repr drops the message
+
+    @property
+    def whole(self) -> bool:
+        """Every thread has had an answer: from now on the full concurrency is offered."""
+        return len(self.answering) == len(self._threads)
 
     def __enter__(self):
         for thread in self._threads:

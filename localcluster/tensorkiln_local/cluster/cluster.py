@@ -21,6 +21,7 @@ from tensorkiln import kube
 
 from tensorkiln_local.cluster import (
     binaries,
+    connection,
     dns,
     kubeproxy,
     network,
@@ -108,7 +109,7 @@ def _api_ready() -> bool:
     if not paths.KUBECONFIG.exists():
         return False
     try:
-        with kube.api_client(str(paths.KUBECONFIG)) as api:
+        with connection.api_client() as api:
             client.VersionApi(api).get_code(_request_timeout=3)
         return True
     except Exception:  # any failure means "not ready yet"; callers wait or restart
@@ -158,6 +159,10 @@ def _start_control_plane() -> None:
         str(paths.KWOK_CONFIG),
         "create",
         "cluster",
+        # No context in ~/.kube/config: kwokctl would make this cluster its current context, and the shell's
+        # kubectl would then talk to whichever local cluster was created last (`cluster env` names the right one).
+        "--kubeconfig",
+        "",
         "--runtime",
         "binary",
         "--kube-apiserver-binary",
@@ -246,7 +251,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
     processes.wait_until(_api_ready, "kube-apiserver", 120)
     registry.start()
     network.setup()
-    with kube.api_client(str(paths.KUBECONFIG)) as api:
+    with connection.api_client() as api:
         dynamic = DynamicClient(api)
         apply_crds(dynamic, [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))])
         _apply_pools(dynamic, pool_file)
@@ -306,7 +311,7 @@ def status() -> int:
         print(f"{name + ':':<18} {'running, pid ' + str(pid) if pid else 'not running'}")
     if not ready:
         return 1
-    with kube.api_client(str(paths.KUBECONFIG)) as api:
+    with connection.api_client() as api:
         counts: dict[str, int] = {}
         for node in client.CoreV1Api(api).list_node().items:
             labels = node.metadata.labels or {}

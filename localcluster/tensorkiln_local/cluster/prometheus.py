@@ -21,9 +21,8 @@ import urllib.request
 
 import yaml
 from kubernetes import client
-from tensorkiln import kube
 
-from tensorkiln_local.cluster import network, paths, processes
+from tensorkiln_local.cluster import connection, network, paths, processes
 
 BINARY = "/usr/bin/prometheus"
 PORT = 9091  # not Prometheus's default 9090, where a Debian service may listen
@@ -100,7 +99,7 @@ def pod_target(pod: dict) -> dict | None:
 def _discover(written: str | None) -> str | None:
     """Write the cluster's pods to TARGETS if they changed; what the file now holds."""
     try:
-        with kube.api_client(str(paths.KUBECONFIG)) as api:  # re-read: a re-created cluster has new certs
+        with connection.api_client() as api:  # re-read: a re-created cluster has new certs
             reply = client.CoreV1Api(api).list_pod_for_all_namespaces(_preload_content=False, _request_timeout=10)
             pods = json.loads(reply.data)["items"]
     except Exception as error:  # the API server is restarting with the cluster: keep the last targets
