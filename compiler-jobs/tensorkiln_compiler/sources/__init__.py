@@ -1,0 +1,54 @@
+"""Model and dataset sources: one module per URI scheme, each bringing what a URI names into the pod.
+
+A source module exposes `fetch(uri, dest_dir, *, field, what) -> Path`: the file (or directory) to
+hash, read in place (`in_place`) or downloaded under dest_dir (`download_path`). `field` names the spec
+field in its errors and `what` prefixes their reasons (Model, CalibrationData): `{what}Unreachable`
+(InvalidInput, exit 2) where the same URI would fail again, `{what}FetchFailed` (exit 1) where a
+retry may pass. A scheme with no module here is refused by name (`{what}UnsupportedScheme`, exit 2)
+rather than guessed at.
+
+Adding a scheme: one module here with its `fetch`, one entry in SCHEMES, and the scheme in
+tensorkiln_api.common.MODEL_URI_PATTERN, which the CRD admits URIs by
+(tests/unit/test_compiler_fetch.py holds the two equal).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import unquote, urlsplit
+
+from ..errors import InvalidInput
+
+# scheme -> module: imported on demand, as the candidates are, so a compile loads only the source it uses.
+SCHEMES = {"file": "file", "pvc": "pvc", "http": "http", "https": "http", "s3": "s3"}
+
+
+class Source(Protocol):
+    """What each source module's `fetch` is."""
+
+    def __call__(self, uri: str, dest_dir: Path, *, field: str, what: str) -> Path: ...
+
+
+def source(uri: str, *, field: str, what: str) -> Source:
+    """The `fetch` of the module for the URI's scheme; InvalidInput for a scheme none serves."""
+    scheme = urlsplit(uri).scheme
+    if scheme not in SCHEMES:
+        raise InvalidInput(
+            f"{what}UnsupportedScheme", f"{field}: scheme {scheme!r} is not supported here ({', '.join(SCHEMES)})"
+        )
+    return importlib.import_module(f"{__name__}.{SCHEMES[scheme]}").fetch
+
+
+def in_place(uri: str, path: Path, *, field: str, what: str) -> Path:
+    """`path`, which `uri` names on this pod's filesystem, when it exists (no copy of a large model)."""
+    if not path.exists():
+        raise InvalidInput(f"{what}Unreachable", f"{field}: {uri} does not exist ({path})")
+    return path
+
+
+def download_path(uri: str, dest_dir: Path) -> Path:
+    """Where a download of `uri` goes: dest_dir/<the URI's file name>."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    return dest_dir / (Path(unquote(urlsplit(uri).path)).name or "download")
