@@ -12,7 +12,8 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 from tensorkiln.admission import certificates, webhook
-from tensorkiln.hardware.classes import HardwareClass
+from tensorkiln.hardware.classes import HardwareClass, discover
+from tensorkiln.hardware.selection import select_targets
 from tensorkiln.review import checks
 from tensorkiln.settings import Settings
 from tensorkiln.status.inferencemodel import Rollup, inference_model_status
@@ -147,6 +148,37 @@ def test_auto_matching_some_node_is_fine():
     assert checks.check_hardware(spec_of(hardware={"include": ["NVIDIA-H100*"]}), default_fleet()) == []
 
 
+def unlabelled_gpu_nodes() -> list[dict]:
+    """GPU nodes of a cluster without GPU Feature Discovery: nvidia.com/gpu capacity, no product label."""
+    return [
+        {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64"}},
+            "status": {"capacity": {"nvidia.com/gpu": "2"}},
+        }
+        for name in ("gpu-a", "gpu-b")
+    ]
+
+
+def test_gpus_without_a_product_label_are_a_warning_naming_the_nodes_and_the_label_that_tells_products_apart():
+    findings = checks.check_hardware(spec_of(), default_fleet() + unlabelled_gpu_nodes())
+    assert [(f.severity, f.reason, f.field) for f in findings] == [("Warning", "GPUProductUnknown", "spec.hardware")]
+    assert findings[0].message == (
+        "spec.hardware: nodes gpu-a, gpu-b have nvidia.com/gpu capacity but no nvidia.com/gpu.product label: their "
+        "GPUs are taken as one product (hardware class nvidia-gpu-unlabelled); install GPU Feature Discovery "
+        "(NVIDIA GPU Operator) so that each product gets its own engine"
+    )
+    condition = checks.spec_valid_condition(findings)
+    assert (condition["type"], condition["status"], condition["reason"]) == ("SpecValid", "True", "GPUProductUnknown")
+
+
+def test_gpus_without_a_product_label_are_reported_beside_a_spec_they_do_not_match_but_not_for_explicit_pools():
+    nodes = default_fleet() + unlabelled_gpu_nodes()
+    findings = checks.check_hardware(spec_of(hardware={"include": ["NVIDIA-B200*"]}), nodes)
+    assert [f.reason for f in findings] == ["NoMatchingNodes", "GPUProductUnknown"]
+    pools = [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}]
+    assert checks.check_hardware(spec_of(hardware={"mode": "Explicit", "pools": pools}), nodes) == []
+
+
 # --- SLO target against the measured latency -----------------------------------------------------
 
 
@@ -276,6 +308,24 @@ def test_status_blocked_by_a_missing_claim_waits_pending_and_says_why():
     for type_ in ("Ready", "Compiled", "SpecValid"):
         assert (conditions[type_]["status"], conditions[type_]["reason"]) == ("False", "MissingPVC")
     assert "PersistentVolumeClaim models does not exist" in conditions["Ready"]["message"]
+
+
+def test_status_of_a_model_on_unlabelled_gpus_says_their_product_is_unknown_and_which_label_would_tell():
+    nodes = unlabelled_gpu_nodes()
+    spec = spec_of()
+    model = {"metadata": {"name": "m", "generation": 1}, "spec": spec}
+    targets = select_targets(spec["hardware"], discover(nodes), nodes)
+    rollup = Rollup(targets, spec_valid=checks.spec_valid_condition(checks.check_hardware(spec, nodes)))
+    status = inference_model_status(model, rollup, lambda d: d, NOW)
+    (entry,) = status["targets"]
+    assert (entry["hardwareClass"], entry["kind"], entry["nodeCount"]) == ("nvidia-gpu-unlabelled", "GPU", 2)
+    assert entry["product"] == "NVIDIA GPU (product unknown: no nvidia.com/gpu.product label)"
+    spec_valid = next(c for c in status["conditions"] if c["type"] == "SpecValid")
+    assert (spec_valid["status"], spec_valid["reason"]) == ("True", "GPUProductUnknown")
+    assert (
+        "nodes gpu-a, gpu-b have nvidia.com/gpu capacity but no nvidia.com/gpu.product label" in spec_valid["message"]
+    )
+    assert status["phase"] == "Compiling"  # compiled on one of them, as any GPU class
 
 
 def test_status_blocked_by_a_file_uri_fails():

@@ -7,6 +7,8 @@ URI scheme, a `..` segment. These checks need the operator's settings or the clu
   file's directory from the node: anything else would be a host-path escape): error;
 - a pvc:// claim, or the registry's claim or credentials Secret, missing in the namespace: error;
 - hardware that matches no node: warning (a pool may appear later);
+- under Auto, GPU nodes without a product label, taken as one hardware class whatever their GPUs
+  (HardwareClass.note names them): warning (the model still compiles, one engine for them all);
 - an SLO target below the engine's measured single-request p95: warning (no replica count can
   meet it);
 - a dynamic batcher setting the spec sets where the spec itself runs no dynamic batcher
@@ -38,6 +40,7 @@ CONDITION = "SpecValid"
 
 # Reasons, also the SpecValid condition's.
 FILE_URI_NOT_ALLOWED = "FileURINotAllowed"
+GPU_PRODUCT_UNKNOWN = "GPUProductUnknown"
 MISSING_PVC = "MissingPVC"
 MISSING_SECRET = "MissingSecret"
 NO_MATCHING_NODES = "NoMatchingNodes"
@@ -144,9 +147,12 @@ def check_references(
 
 
 def check_hardware(spec: dict, nodes: list[dict]) -> list[Finding]:
-    """Warnings for hardware that matches no node now (a pool may still appear: not an error)."""
+    """Warnings for hardware that matches no node now (a pool may still appear: not an error), and under
+    Auto for each discovered class whose labels leave its hardware unknown (HardwareClass.note): whether
+    or not the model targets it, as no include/exclude glob can name a product no label gives."""
     hardware = spec.get("hardware") or {}
-    targets = select_targets(hardware, discover(nodes), nodes)
+    classes = discover(nodes)
+    targets = select_targets(hardware, classes, nodes)
     if hardware.get("mode") == "Explicit":
         names = {p["name"]: i for i, p in enumerate(hardware.get("pools", []))}
         return [
@@ -160,8 +166,11 @@ def check_hardware(spec: dict, nodes: list[dict]) -> list[Finding]:
             for t in targets
             if not t.nodes
         ]
+    unknown = [
+        Finding(WARNING, GPU_PRODUCT_UNKNOWN, "spec.hardware", f"spec.hardware: {c.note}") for c in classes if c.note
+    ]
     if any(t.nodes for t in targets):
-        return []
+        return unknown
     products = sorted({node_labels(n)[GPU_PRODUCT] for n in nodes if GPU_PRODUCT in node_labels(n)})
     fix = "widen spec.hardware.include/exclude" + ("" if hardware.get("includeCPU") else " or set includeCPU")
     return [
@@ -170,7 +179,8 @@ def check_hardware(spec: dict, nodes: list[dict]) -> list[Finding]:
             NO_MATCHING_NODES,
             "spec.hardware",
             f"spec.hardware matches no node (GPU products in the cluster: {', '.join(products) or 'none'}); {fix}",
-        )
+        ),
+        *unknown,
     ]
 
 
