@@ -154,14 +154,23 @@ class HardwareSelection(SpecModel):
     mode: HardwareMode = Field(
         HardwareMode.AUTO,
         description=(
-            "Auto discovers one hardware class per distinct nvidia.com/gpu.product node label "
-            "(filtered by include and exclude); Explicit uses exactly the listed pools."
+            "Auto discovers hardware classes from the nodes: GPU classes, one per distinct nvidia.com/gpu.product "
+            "label plus nvidia-gpu-unlabelled for nodes with nvidia.com/gpu capacity but no such label (filtered "
+            "by include and exclude), and CPU classes (includeCPU). A node is left out when it is cordoned or its "
+            "class does not tolerate its NoSchedule/NoExecute taints (GPU classes tolerate nvidia.com/gpu:NoSchedule, "
+            "CPU classes none; Kubernetes' node.kubernetes.io/* state taints do not count). Explicit uses exactly "
+            "the listed pools."
         ),
     )
     include_cpu: bool = Field(
         False,
         alias="includeCPU",
-        description=("Auto mode only: also target the CPU pool (nodes without an nvidia.com/gpu.product label)."),
+        description=(
+            "Auto mode only: also target the CPU classes: nodes with neither an nvidia.com/gpu.product label nor "
+            "nvidia.com/gpu capacity, classed by Node Feature Discovery's CPU labels (vendor, best vector ISA) "
+            "or, without them, by kubernetes.io/arch alone (cpu-<arch>). Cordoned nodes and nodes with a "
+            "NoSchedule/NoExecute taint (but for node.kubernetes.io/* state taints) are left out."
+        ),
     )
     include: list[ProductGlob] = Field(
         default_factory=list,

@@ -1,12 +1,14 @@
 """How controllers.handlers runs a queued object: read from the cache, reconciled (forced past a
 backoff when its spec changed), queued again after a failure's backoff or the SLO scaler's period."""
 
+import copy
 from types import SimpleNamespace
 
 import pytest
 from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.controllers import handlers
 from tensorkiln.controllers.workqueue import WorkQueue
+from tensorkiln.hardware.classes import discover
 from tensorkiln.settings import Settings
 
 
@@ -151,6 +153,135 @@ def test_a_node_added_removed_or_relabelled_queues_every_model_a_heartbeat_none(
     assert queued() == ["a", "b"]
     controller.cached_event("Node", "DELETED", {"metadata": {"name": "n2", "labels": {}}})
     assert queued() == ["a", "b"]
+
+
+# --- which node changes queue every model: those of what hardware discovery reads (classes.discovery_key)
+
+HEARTBEAT = {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-07T10:00:00Z", "reason": "KubeletReady"}
+NODES = {
+    "cpu": {
+        "metadata": {"name": "n1", "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                     "labels": {"kubernetes.io/hostname": "n1", "kubernetes.io/arch": "amd64"}},
+        "spec": {"taints": [{"key": "team", "value": "ml", "effect": "PreferNoSchedule"}]},
+        "status": {"capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7", "memory": "30Gi"},
+                   "conditions": [HEARTBEAT]},
+    },
+    "gpu": {  # GPUs without GPU Feature Discovery's product label: class nvidia-gpu-unlabelled
+        "metadata": {"name": "g1", "labels": {"kubernetes.io/hostname": "g1", "kubernetes.io/arch": "amd64"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"cpu": "32", "nvidia.com/gpu": "4"},
+                   "allocatable": {"cpu": "31", "nvidia.com/gpu": "4"}, "conditions": [HEARTBEAT]},
+    },
+}  # fmt: skip
+
+
+def changed(base: str, *edits: tuple[tuple[str, ...], object]) -> dict:
+    """NODES[base] with each (path, value) edit set (None: removed). No resourceVersion, in these nodes
+    either: the handler does not read it, and classes.discover remembers no node without one."""
+    node = copy.deepcopy(NODES[base])
+    for path, value in edits:
+        parent = node
+        for key in path[:-1]:
+            parent = parent.setdefault(key, {})
+        if value is None:
+            parent.pop(path[-1], None)
+        else:
+            parent[path[-1]] = value
+    return node
+
+
+def tainted(base: str, *taints: dict) -> dict:
+    return changed(base, (("spec", "taints"), NODES[base]["spec"]["taints"] + list(taints)))
+
+
+LABELS, TAINTS = ("metadata", "labels"), ("spec", "taints")
+CAPACITY, ALLOCATABLE = ("status", "capacity"), ("status", "allocatable")
+QUEUES = {
+    "a label added (NFD's CPU flags)": (
+        "cpu",
+        changed("cpu", ((*LABELS, "feature.node.kubernetes.io/cpu-cpuid.AVX2"), "true")),
+    ),
+    "GPU Feature Discovery labels the product": ("gpu", changed("gpu", ((*LABELS, "nvidia.com/gpu.product"), "L4"))),
+    "tainted NoSchedule": ("cpu", tainted("cpu", {"key": "dedicated", "value": "ml", "effect": "NoSchedule"})),
+    "tainted NoExecute": ("cpu", tainted("cpu", {"key": "dedicated", "effect": "NoExecute"})),
+    "a taint's effect changed": ("gpu", changed("gpu", (TAINTS, [{"key": "nvidia.com/gpu", "effect": "NoExecute"}]))),
+    "a taint's value changed": ("gpu", changed("gpu", (TAINTS, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))),
+    "cordoned": ("cpu", changed("cpu", (("spec", "unschedulable"), True))),
+    "the device plugin offers GPUs": (
+        "cpu",
+        changed("cpu", ((*CAPACITY, "nvidia.com/gpu"), "1"), ((*ALLOCATABLE, "nvidia.com/gpu"), "1")),
+    ),
+    "its GPUs are gone": (
+        "gpu",
+        changed("gpu", ((*CAPACITY, "nvidia.com/gpu"), "0"), ((*ALLOCATABLE, "nvidia.com/gpu"), None)),
+    ),
+}
+QUEUES_NOTHING = {
+    "a heartbeat": (
+        "cpu",
+        changed("cpu", (("status", "conditions"), [{**HEARTBEAT, "lastHeartbeatTime": "2026-12-07T10:00:40Z"}])),
+    ),
+    "allocatable CPU and memory changed": ("cpu", changed("cpu", (ALLOCATABLE, {"cpu": "6", "memory": "28Gi"}))),
+    "status images and nodeInfo written": (
+        "cpu",
+        changed(
+            "cpu",
+            (("status", "images"), [{"names": ["busybox"]}]),
+            (("status", "nodeInfo"), {"kubeletVersion": "v1.35.0"}),
+        ),
+    ),
+    "a node-lifecycle NoSchedule taint": (
+        "cpu",
+        tainted(
+            "cpu", {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "2026-12-07T10:01:00Z"}
+        ),
+    ),
+    "a node-lifecycle NoExecute taint": (
+        "cpu",
+        tainted("cpu", {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}),
+    ),
+    "a PreferNoSchedule taint": ("cpu", tainted("cpu", {"key": "spot", "effect": "PreferNoSchedule"})),
+    "unschedulable: false written": ("cpu", changed("cpu", (("spec", "unschedulable"), False))),
+    "spec.providerID set": ("cpu", changed("cpu", (("spec", "providerID"), "kind://docker/kind/n1"))),
+    "an annotation changed": (
+        "cpu",
+        changed("cpu", (("metadata", "annotations"), {"node.alpha.kubernetes.io/ttl": "15"})),
+    ),
+    "more GPUs": ("gpu", changed("gpu", ((*CAPACITY, "nvidia.com/gpu"), "8"), ((*ALLOCATABLE, "nvidia.com/gpu"), "8"))),
+    "no GPU allocatable, still some capacity": ("gpu", changed("gpu", ((*ALLOCATABLE, "nvidia.com/gpu"), "0"))),
+}
+
+
+def queued_models(controller) -> list[str]:
+    found = []
+    while (item := controller.queue.get(timeout=0)) is not None:
+        found.append(item[2])
+        controller.queue.done(item)
+    return sorted(found)
+
+
+@pytest.mark.parametrize(("base", "after"), QUEUES.values(), ids=list(QUEUES))
+def test_a_node_change_in_what_discovery_reads_queues_every_model_and_so_does_its_undoing(wired, base, after):
+    _, controller, *_ = wired
+    for name in "ab":
+        controller.cache.stores["InferenceModel"].put(model(name))
+    controller.cached_event("Node", "MODIFIED", NODES[base])  # first seen after a restart: remembered only
+    assert queued_models(controller) == []
+    controller.cached_event("Node", "MODIFIED", after)
+    assert queued_models(controller) == ["a", "b"]
+    controller.cached_event("Node", "MODIFIED", NODES[base])
+    assert queued_models(controller) == ["a", "b"]
+
+
+@pytest.mark.parametrize(("base", "after"), QUEUES_NOTHING.values(), ids=list(QUEUES_NOTHING))
+def test_heartbeats_and_changes_discovery_does_not_read_queue_nothing(wired, base, after):
+    _, controller, *_ = wired
+    controller.cache.stores["InferenceModel"].put(model("a"))
+    controller.cached_event("Node", "MODIFIED", NODES[base])
+    controller.cached_event("Node", "MODIFIED", after)
+    controller.cached_event("Node", "MODIFIED", NODES[base])
+    assert queued_models(controller) == []
+    assert discover([after]) == discover([NODES[base]])  # and indeed the classes are the same
 
 
 def test_models_and_compile_jobs_queue_themselves_past_a_backoff_when_their_spec_is_new(wired):

@@ -41,6 +41,7 @@ from tensorkiln.cluster.informer import start_informers
 from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
 from tensorkiln.controllers.context import OperatorContext
 from tensorkiln.controllers.observed import scaled_by_operator
+from tensorkiln.hardware.classes import discovery_key
 from tensorkiln.observability import logs
 from tensorkiln.observability import metrics as own_metrics
 
@@ -103,7 +104,7 @@ class Controller:
         self.paused_by: list[str] = []
         self._forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
         self._forced_guard = threading.Lock()
-        self._node_labels: dict[str, dict] = {}  # by node name: what hardware classes are made of
+        self._node_keys: dict[str, tuple] = {}  # by node name: what discovery reads of it (classes.discovery_key)
 
     # -- startup and cleanup
 
@@ -343,7 +344,7 @@ class Controller:
             if changed or not self.cache.echoes(kind, obj):
                 self.enqueue(obj, forced=changed)
         if kind == "Node":
-            self._node_moved(type_, meta["name"], labels)
+            self._node_moved(type_, obj)
         elif kind in ("Job", "Pod") and COMPILE_JOB in labels:
             self.enqueue(
                 {"kind": "CompileJob", "metadata": {"namespace": meta["namespace"], "name": labels[COMPILE_JOB]}}
@@ -355,16 +356,20 @@ class Controller:
                     {"kind": "InferenceModel", "metadata": {"namespace": meta["namespace"], "name": owner["name"]}}
                 )
 
-    def _node_moved(self, type_: str, name: str, labels: dict) -> None:
-        """A node added, removed or labelled differently may change the hardware classes (a new
-        pool, a pool gone): every model is queued, behind event-driven work. Heartbeats, which
-        change no label, queue nothing. A node first seen after a restart is only remembered."""
-        known = self._node_labels.get(name)
-        if type_ == "DELETED":
-            self._node_labels.pop(name, None)
+    def _node_moved(self, type_: str, node: dict) -> None:
+        """A node added or removed, or changed in what hardware discovery reads of it (its labels,
+        the taints that keep pods off, cordoned or not, GPUs or none: classes.discovery_key), may
+        change the hardware classes (a new pool, a pool gone): every model is queued, behind
+        event-driven work. Heartbeats and other status changes, which change no such thing, queue
+        nothing. A node first seen after a restart is only remembered."""
+        name = node["metadata"]["name"]
+        known = self._node_keys.get(name)
+        key = None if type_ == "DELETED" else discovery_key(node)
+        if key is None:
+            self._node_keys.pop(name, None)
         else:
-            self._node_labels[name] = labels
-        if type_ in ("ADDED", "DELETED") or (known is not None and known != labels):
+            self._node_keys[name] = key
+        if type_ in ("ADDED", "DELETED") or (known is not None and known != key):
             self._enqueue_all(self.cache.all("InferenceModel"))
 
 

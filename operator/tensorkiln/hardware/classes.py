@@ -133,16 +133,36 @@ def _tolerates(toleration: dict, taint: dict) -> bool:
     return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", "")
 
 
+def _placement_taints(node: dict) -> list[dict]:
+    """The node's taints that keep untolerating pods off, but for the node lifecycle's condition taints
+    (module docstring): those a class must tolerate for the node to count."""
+    return [
+        taint
+        for taint in (node.get("spec") or {}).get("taints") or []
+        if taint.get("effect") in KEEPS_PODS_OFF and not taint.get("key", "").startswith(CONDITION_TAINTS)
+    ]
+
+
 def _schedulable(node: dict, tolerations: tuple[dict, ...]) -> bool:
     """Pods with `tolerations` can be placed on the node: it is not cordoned, and they tolerate every
     taint that keeps pods off, but for the node lifecycle's condition taints (module docstring)."""
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
+    if (node.get("spec") or {}).get("unschedulable"):
         return False
-    return all(
-        any(_tolerates(toleration, taint) for toleration in tolerations)
-        for taint in spec.get("taints") or []
-        if taint.get("effect") in KEEPS_PODS_OFF and not taint.get("key", "").startswith(CONDITION_TAINTS)
+    return all(any(_tolerates(toleration, taint) for toleration in tolerations) for taint in _placement_taints(node))
+
+
+def discovery_key(node: dict) -> tuple:
+    """What discovery reads of a node to class it: its labels, the taints that keep pods off (not the
+    node lifecycle's condition taints), whether it is cordoned, and whether it offers nvidia.com/gpu.
+    Two versions of a node with equal keys are in the same class, or in none; a heartbeat or any other
+    status change leaves the key as it was, unless it changes whether the node offers GPUs (_has_gpus).
+    (Annotations, which a class's price and `simulated` read, are not in it.)"""
+    taints = sorted((t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in _placement_taints(node))
+    return (
+        tuple(sorted(node_labels(node).items())),
+        tuple(taints),
+        bool((node.get("spec") or {}).get("unschedulable")),
+        _has_gpus(node),
     )
 
 
