@@ -7,7 +7,11 @@ Every backend lays engines out the same way, relative to its root URI:
     index/<cache key id>.json             {"digest": ...}: the cache
 
 The ordering and integrity rules live here once; a backend only stores and streams objects
-(`_write`, `_chunks`).
+(`_write`, `_chunks`). A backend that stores each engine as one unit instead of objects under
+keys (OCI: one artifact per engine, found by tag) overrides where an engine's bytes come from
+(`_engine`, an `EngineSource`), where the cache entry for a key is (`_index_entry`,
+`_index_digest`, `_index_name`) and `publish`, and keeps the checks, the verification and the
+all-or-nothing staging of `manifest`, `lookup` and `fetch` from here.
 """
 
 import hashlib
@@ -18,7 +22,6 @@ import os
 import re
 import shutil
 import tempfile
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -74,7 +77,25 @@ class CachedEngine(NamedTuple):
     manifest: EngineManifest
 
 
-class Registry(ABC):
+class EngineSource:
+    """Where one engine's bytes come from: its manifest.json as stored and its files. This one reads
+    the object layout above through the registry's `_chunks`; a backend that stores each engine
+    as one unit returns its own from `Registry._engine`. Used for one read (one `manifest` or one
+    `fetch`), so that the manifest and the files come from the same stored engine."""
+
+    def __init__(self, registry: "Registry", digest: str):
+        self.registry, self.digest = registry, digest
+
+    def manifest_bytes(self) -> bytes | None:
+        """The engine's manifest.json as stored, or None: no such engine."""
+        return self.registry._read(manifest_key(self.digest))
+
+    def chunks(self, path: str) -> Iterator[bytes]:
+        """Stream the artifact at `path`; raise NoSuchObject (on the first `next`) when there is none."""
+        return self.registry._chunks(artifact_key(self.digest, path))
+
+
+class Registry:
     """An engine registry rooted at `uri`."""
 
     def __init__(self, uri: str):
@@ -83,13 +104,15 @@ class Registry(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
 
-    @abstractmethod
+    # An object store (filesystem, S3) implements these two; a backend that overrides `publish`,
+    # `_engine` and `_index_entry` (OCI) needs neither.
     def _write(self, key: str, stream: BinaryIO, size: int) -> None:
         """Store an object so that readers see all of it or none of it."""
+        raise NotImplementedError(f"{type(self).__name__} stores no objects by key")
 
-    @abstractmethod
     def _chunks(self, key: str) -> Iterator[bytes]:
         """Stream an object; raise NoSuchObject (on the first `next`) when there is none."""
+        raise NotImplementedError(f"{type(self).__name__} stores no objects by key")
 
     def engine_uri(self, digest: str) -> str:
         return f"{self.uri}/engines/{digest}"
@@ -103,9 +126,7 @@ class Registry(ABC):
     def publish(self, manifest: EngineManifest, files_dir: Path) -> str:
         """Store the engine's files, then its manifest, then its index entry; return the digest."""
         files_dir = Path(files_dir)
-        _check_paths(manifest.artifacts)
-        for artifact in manifest.artifacts:  # all checked before anything is written
-            _verify(artifact, files_dir / artifact.path, f"{files_dir}/{artifact.path}")
+        _check_files(manifest, files_dir)  # all checked before anything is written
         digest = manifest.digest()
         if not self._holds_engine(digest):  # an existing manifest means every file is there
             for artifact in manifest.artifacts:
@@ -117,11 +138,11 @@ class Registry(ABC):
 
     def lookup(self, key: CacheKey) -> CachedEngine | None:
         """The engine cached for `key`, or None; an unusable index entry is a logged miss."""
-        entry = self._read(index_key(key))
+        entry = self._index_entry(key)
         if entry is None:
             return None
         try:
-            digest = json.loads(entry)["digest"]
+            digest = self._index_digest(entry)
             manifest = self.manifest(digest)
             if manifest.key != key:
                 raise RegistryError(f"manifest is for another key ({manifest.key.id()})")
@@ -129,13 +150,34 @@ class Registry(ABC):
         except RegistryUnavailable:
             raise  # an unreachable store is no cache miss
         except (ValueError, KeyError, TypeError, RegistryError) as error:
-            log.warning("registry %s: ignoring index entry %s: %s", self.uri, index_key(key), error)
+            log.warning("registry %s: ignoring index entry %s: %s", self.uri, self._index_name(key), error)
             return None
 
+    def _index_entry(self, key: CacheKey) -> bytes | None:
+        """The cache entry for `key` as stored, or None: none. A store that refuses or cannot be
+        reached raises (RegistryError, RegistryUnavailable): that is no miss."""
+        return self._read(index_key(key))
+
+    def _index_digest(self, entry: bytes) -> str:
+        """The digest an index entry names; ValueError, KeyError, TypeError or RegistryError when
+        the entry is unusable (a logged miss)."""
+        return json.loads(entry)["digest"]
+
+    def _index_name(self, key: CacheKey) -> str:
+        """The index entry for `key`, as logs name it."""
+        return index_key(key)
+
+    def _engine(self, digest: str) -> EngineSource:
+        """Where the bytes of the engine `digest` (a well-formed digest) come from."""
+        return EngineSource(self, digest)
+
     def manifest(self, digest: str) -> EngineManifest:
-        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-            raise EngineNotFound(f"{digest!r} is not an engine digest")
-        raw = self._read(manifest_key(digest))
+        return self._manifest(self._engine(_engine_digest(digest)))
+
+    def _manifest(self, engine: EngineSource) -> EngineManifest:
+        """The engine's manifest, checked against its digest."""
+        digest = engine.digest
+        raw = engine.manifest_bytes()
         if raw is None:
             raise EngineNotFound(f"no engine {digest} in {self.uri}")
         actual = hashlib.sha256(raw).hexdigest()
@@ -152,7 +194,8 @@ class Registry(ABC):
 
     def fetch(self, digest: str, dest: Path) -> EngineManifest:
         """Download and verify every artifact into `dest` (absent or empty), all or nothing."""
-        manifest = self.manifest(digest)
+        engine = self._engine(_engine_digest(digest))
+        manifest = self._manifest(engine)
         _check_paths(manifest.artifacts)  # the manifest came from the store: never write outside dest
         dest = Path(dest)
         if dest.exists() and any(dest.iterdir()):
@@ -164,18 +207,18 @@ class Registry(ABC):
             for artifact in manifest.artifacts:
                 target = staging / artifact.path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                self._download(digest, artifact, target)
+                self._download(engine, artifact, target)
             os.replace(staging, dest)  # replaces an empty directory too
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return manifest
 
-    def _download(self, digest: str, artifact: Artifact, target: Path) -> None:
-        where = f"{self.engine_uri(digest)}/files/{artifact.path}"
+    def _download(self, engine: EngineSource, artifact: Artifact, target: Path) -> None:
+        where = f"{self.engine_uri(engine.digest)}/files/{artifact.path}"
         try:
             with open(target, "wb") as out:
-                for chunk in self._chunks(artifact_key(digest, artifact.path)):
+                for chunk in engine.chunks(artifact.path):
                     out.write(chunk)
         except NoSuchObject:
             raise _missing(artifact, where) from None
@@ -193,6 +236,21 @@ class Registry(ABC):
 
     def _write_bytes(self, key: str, data: bytes) -> None:
         self._write(key, io.BytesIO(data), len(data))
+
+
+def _engine_digest(digest: str) -> str:
+    """`digest` if it is an engine digest; EngineNotFound if not (nothing is read for it)."""
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise EngineNotFound(f"{digest!r} is not an engine digest")
+    return digest
+
+
+def _check_files(manifest: EngineManifest, files_dir: Path) -> None:
+    """Before a publish writes anything: safe, distinct artifact paths, and every file in
+    `files_dir` as the manifest lists it (ArtifactIntegrityError naming the first that is not)."""
+    _check_paths(manifest.artifacts)
+    for artifact in manifest.artifacts:
+        _verify(artifact, files_dir / artifact.path, f"{files_dir}/{artifact.path}")
 
 
 def _check_paths(artifacts: list[Artifact]) -> None:

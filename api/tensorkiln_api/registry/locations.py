@@ -1,4 +1,5 @@
-"""Opening a registry by its URI: `file:///abs/path`, `pvc://claim/path` or `s3://bucket/prefix`.
+"""Opening a registry by its URI: `file:///abs/path`, `pvc://claim/path`, `s3://bucket/prefix` or
+`oci://host[:port]/repository`.
 Kept apart from the interface (base.py) so that the backends, which import the interface, are
 not imported by it."""
 
@@ -16,8 +17,9 @@ DEFAULT_PVC_ROOT = "/mnt/pvc"
 
 
 def open_registry(uri: str) -> Registry:
-    """`file:///abs/path`, `pvc://claim/path` (a mounted claim) or `s3://bucket/prefix` (endpoint
-    and credentials from the environment)."""
+    """`file:///abs/path`, `pvc://claim/path` (a mounted claim), `s3://bucket/prefix` (endpoint
+    and credentials from the environment) or `oci://host[:port]/repository[/path]` (an OCI
+    registry, one artifact per engine; credentials from a docker config file: oci.py)."""
     parts = urlsplit(uri)
     if parts.scheme == "file" and not parts.netloc and parts.path.startswith("/"):
         return FilesystemRegistry(Path(unquote(parts.path)))
@@ -30,6 +32,13 @@ def open_registry(uri: str) -> Registry:
         from tensorkiln_api.registry.s3 import S3Registry  # minio only when S3 is used
 
         return S3Registry.from_env(parts.netloc, parts.path.strip("/"))
+    if parts.scheme == "oci" and parts.netloc:
+        try:
+            from tensorkiln_api.registry.oci import OciRegistry  # oras only when OCI is used
+        except ImportError as error:
+            raise RegistryError(f"oci:// registries need the oras package (tensorkiln-api[oci]): {error}") from error
+        return OciRegistry.from_uri(uri)
     raise RegistryError(
-        f"unsupported registry URI {uri!r}: expected file:///absolute/path, pvc://claim/path or s3://bucket/prefix"
+        f"unsupported registry URI {uri!r}: expected file:///absolute/path, pvc://claim/path, s3://bucket/prefix "
+        "or oci://host[:port]/repository"
     )
