@@ -3,13 +3,12 @@ module on first use (`localcluster/go/versitygw`), started on a free loopback po
 
 import io
 import os
-import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from local_server import LocalServer
 from minio import Minio
 from registry_fixtures import RegistryContract, make_engine, read_tree
 from tensorkiln_api.registry import RegistryUnavailable, open_registry
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.s3
 ACCESS_KEY, SECRET_KEY, BUCKET = "tensorkiln-test", "tensorkiln-test-secret", "engines"
 
 
-class VersityGateway:
+class VersityGateway(LocalServer):
     """A versitygw process serving data_dir (each bucket is a directory) on `address` (pods reach
     this machine at the real node's address, network.node_gateway)."""
 
@@ -28,51 +27,23 @@ class VersityGateway:
         self, data_dir: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY, address: str = "127.0.0.1"
     ):
         self.data_dir, self.access_key, self.secret_key = data_dir, access_key, secret_key
-        self.address = address
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as probe:  # a free port, released just before the server takes it
-            probe.bind((address, 0))
-            self.port = probe.getsockname()[1]
-        self.endpoint = f"http://{address}:{self.port}"
-        self.log = self.data_dir.parent / f"versitygw-{self.port}.log"
+        binary = str(binaries.ensure(("versitygw",)) / "versitygw")
         # Credentials through the environment: none on the command line, where ps would show them.
         env = {**os.environ, "ROOT_ACCESS_KEY_ID": access_key, "ROOT_SECRET_ACCESS_KEY": secret_key}
-        command = [
-            str(binaries.ensure(("versitygw",)) / "versitygw"),
-            "--port",
-            f"{address}:{self.port}",
-            "--quiet",
-            "posix",
-            str(self.data_dir),
-        ]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self._wait_until_listening()
-
-    def _wait_until_listening(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"versitygw exited {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                socket.create_connection((self.address, self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"versitygw not listening on {self.endpoint} after {timeout}s")
+        super().__init__(
+            "versitygw",
+            lambda port: [binary, "--port", f"{address}:{port}", "--quiet", "posix", str(self.data_dir)],
+            self.data_dir.parent / f"versitygw-{self.data_dir.name}.log",
+            address,
+            env,
+        )
+        self.endpoint = f"http://{address}:{self.port}"
 
     def client(self) -> Minio:
         return Minio(
             f"{self.address}:{self.port}", access_key=self.access_key, secret_key=self.secret_key, secure=False
         )
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import hashlib
 import re
 import shutil
 import socket
-import subprocess
 import time
 import uuid
 import warnings
@@ -19,6 +18,7 @@ import yaml
 
 oras_provider = pytest.importorskip("oras.provider", reason="the oci extra (oras) is not installed")
 
+from local_server import LocalServer  # noqa: E402
 from registry_fixtures import PLAN, flip_byte, make_engine, read_tree  # noqa: E402
 from tensorkiln_api.registry import (  # noqa: E402
     ArtifactIntegrityError,
@@ -34,52 +34,28 @@ DOCKER_REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
-class DistributionRegistry:
+class DistributionRegistry(LocalServer):
     """`docker-registry serve` on 127.0.0.1:<free port>, optionally behind htpasswd auth."""
 
     def __init__(self, root: Path, htpasswd: Path | None = None):
         if not Path(DOCKER_REGISTRY).is_file():
             pytest.skip(f"{DOCKER_REGISTRY} is absent (Debian's docker-registry package: the distribution registry)")
         root.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as probe:  # a free port, released just before the registry takes it
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+
+        def command(port: int) -> list[str]:
+            config = {
+                "version": 0.1,
+                "log": {"level": "warn", "accesslog": {"disabled": True}},
+                "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+            if htpasswd is not None:
+                config["auth"] = {"htpasswd": {"realm": "tensorkiln-test", "path": str(htpasswd)}}
+            (root / "config.yml").write_text(yaml.safe_dump(config))
+            return [DOCKER_REGISTRY, "serve", str(root / "config.yml")]
+
+        super().__init__("docker-registry", command, root / "registry.log")
         self.host = f"127.0.0.1:{self.port}"
-        config = {
-            "version": 0.1,
-            "log": {"level": "warn", "accesslog": {"disabled": True}},
-            "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
-            "http": {"addr": self.host},
-        }
-        if htpasswd is not None:
-            config["auth"] = {"htpasswd": {"realm": "tensorkiln-test", "path": str(htpasswd)}}
-        (root / "config.yml").write_text(yaml.safe_dump(config))
-        self.log = root / "registry.log"
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [DOCKER_REGISTRY, "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT
-            )
-        self._wait_until_listening()
-
-    def _wait_until_listening(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"docker-registry exited {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"docker-registry not listening on {self.host} after {timeout}s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
