@@ -18,6 +18,14 @@ class Settings:
     compiler_version: str = COMPILER_VERSION
     # Secret (in each model's namespace) whose keys compile pods get as env: S3 credentials.
     registry_secret: str | None = None
+    # An oci:// registry's credentials: kubernetes.io/dockerconfigjson Secrets in each model's namespace,
+    # mounted read-only as $DOCKER_CONFIG/config.json (builders.storage.registry_credentials). The push
+    # Secret goes to compile pods (they publish), the pull Secret to Triton pods' engine-fetch (they read).
+    registry_push_secret: str | None = None
+    registry_pull_secret: str | None = None
+    # Plain HTTP to an oci:// registry not on loopback (TENSORKILN_OCI_INSECURE, which the operator's own
+    # registry client reads too): compile and engine-fetch containers get it as well.
+    oci_insecure: bool = False
     # The Triton image of models whose spec.serving.image is unset (the chart's servingImage).
     serving_image: str = "nvcr.io/nvidia/tritonserver:25.10-py3"
     # The Triton release of serving_image (api.serving_targets): compiles use only its runtime versions.
@@ -84,6 +92,9 @@ class Settings:
             compiler_gpu_image=os.environ.get("TENSORKILN_COMPILER_GPU_IMAGE") or cls.compiler_gpu_image,
             compiler_version=os.environ.get("TENSORKILN_COMPILER_VERSION") or cls.compiler_version,
             registry_secret=os.environ.get("TENSORKILN_REGISTRY_SECRET") or None,
+            registry_push_secret=os.environ.get("TENSORKILN_REGISTRY_PUSH_SECRET") or None,
+            registry_pull_secret=os.environ.get("TENSORKILN_REGISTRY_PULL_SECRET") or None,
+            oci_insecure=os.environ.get("TENSORKILN_OCI_INSECURE", "").lower() in ("1", "true", "yes"),
             serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
             serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,

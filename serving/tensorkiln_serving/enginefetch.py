@@ -127,7 +127,9 @@ def _report(path: Path, payload: dict) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorkiln-engine-fetch", description=__doc__.splitlines()[0])
-    parser.add_argument("--registry", required=True, help="registry URI: file:///path or s3://bucket/prefix")
+    parser.add_argument(
+        "--registry", required=True, help="registry URI: file:///path, s3://bucket/prefix or oci://host/repository"
+    )
     parser.add_argument("--digest", required=True, help="the engine's digest (SHA-256 of its manifest)")
     parser.add_argument("--model-name", required=True, help="Triton model name: the directory under --repository")
     parser.add_argument("--config", required=True, type=Path, help="the config.pbtxt to install with the engine")

@@ -116,6 +116,102 @@ def test_registry_claim_and_secret_are_references_too():
     assert "TENSORKILN_REGISTRY_SECRET" in findings[1].message and "copy it into team-a" in findings[1].message
 
 
+OCI_REGISTRY = "oci://registry.example.test/tensorkiln/engines"
+
+
+def test_an_oci_registrys_push_and_pull_secrets_are_references_naming_their_settings():
+    seen = []
+
+    def exists(kind, name):
+        seen.append((kind, name))
+        return name == "engines-pull"
+
+    findings = checks.check_references(
+        spec_of(),
+        "team-a",
+        exists,
+        registry_uri=OCI_REGISTRY,
+        registry_push_secret="engines-push",
+        registry_pull_secret="engines-pull",
+    )
+    assert seen == [("Secret", "engines-push"), ("Secret", "engines-pull")]
+    (finding,) = findings
+    assert finding.is_error and finding.reason == "MissingSecret"
+    assert finding.field == "the engine registry's credentials (TENSORKILN_REGISTRY_PUSH_SECRET)"
+    assert "Secret engines-push does not exist in namespace team-a" in finding.message
+    assert "compile pods mount it to publish" in finding.message
+    assert "kubectl -n team-a create secret docker-registry engines-push" in finding.message
+    # Both missing: one finding each; the pull one names engine-fetch.
+    both = checks.check_references(
+        spec_of(),
+        "ns",
+        lambda k, n: False,
+        registry_uri=OCI_REGISTRY,
+        registry_push_secret="push",
+        registry_pull_secret="pull",
+    )
+    assert [f.field for f in both] == [
+        "the engine registry's credentials (TENSORKILN_REGISTRY_PUSH_SECRET)",
+        "the engine registry's credentials (TENSORKILN_REGISTRY_PULL_SECRET)",
+    ]
+    assert "engine-fetch mounts it to read" in both[1].message
+
+
+def test_one_secret_for_push_and_pull_is_one_finding_naming_both_settings():
+    (finding,) = checks.check_references(
+        spec_of(),
+        "ns",
+        lambda k, n: False,
+        registry_uri=OCI_REGISTRY,
+        registry_push_secret="engines",
+        registry_pull_secret="engines",
+    )
+    assert "TENSORKILN_REGISTRY_PUSH_SECRET, TENSORKILN_REGISTRY_PULL_SECRET" in finding.field
+
+
+@pytest.mark.parametrize("registry_uri", ["s3://engines", "pvc://engines/registry", None])
+def test_push_and_pull_secrets_are_not_looked_for_without_an_oci_registry(registry_uri):
+    """Only pods of an oci:// registry mount them (builders.storage.registry_credentials)."""
+    seen = []
+    checks.check_references(
+        spec_of(),
+        "ns",
+        lambda kind, name: seen.append(name) or True,
+        registry_uri=registry_uri,
+        registry_push_secret="push",
+        registry_pull_secret="pull",
+    )
+    assert "push" not in seen and "pull" not in seen
+
+
+def test_oci_secrets_the_operator_may_not_read_are_not_findings():
+    assert (
+        checks.check_references(
+            spec_of(),
+            "ns",
+            lambda kind, name: None,
+            registry_uri=OCI_REGISTRY,
+            registry_push_secret="push",
+            registry_pull_secret="pull",
+        )
+        == []
+    )
+
+
+def test_review_passes_the_oci_secrets_on():
+    spec = spec_of()
+    findings = checks.review(
+        spec,
+        "ns",
+        file_roots=[ROOT],
+        exists=lambda kind, name: kind != "Secret",
+        nodes=default_fleet(),
+        registry_uri=OCI_REGISTRY,
+        registry_pull_secret="pull",
+    )
+    assert findings[0].reason == "MissingSecret" and "TENSORKILN_REGISTRY_PULL_SECRET" in findings[0].field
+
+
 def test_references_the_operator_may_not_read_are_not_findings():
     spec = spec_of(source={"uri": "pvc://models/x.onnx"})
     assert checks.check_references(spec, "ns", lambda kind, name: None, registry_secret="s") == []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln.builders import labels, serving
+from tensorkiln.builders import labels, serving, storage
 from tensorkiln_api.registry import RegistryError, open_registry
 from tensorkiln_api.registry.filesystem import FilesystemRegistry
 from tensorkiln_local import install, installmanifests, rbac
@@ -31,6 +31,17 @@ S3 = {
     "registry": {
         "kind": "s3",
         "s3": {"endpoint": "https://s3.example.test", "bucket": "engines", "prefix": "prod", "existingSecret": "s3c"},
+    }
+}
+OCI = {
+    "registry": {
+        "kind": "oci",
+        "oci": {
+            "repository": "harbor.example.test:8443/ml/engines",
+            "insecure": True,
+            "pushSecret": "engines-push",
+            "pullSecret": "engines-pull",
+        },
     }
 }
 RESTRICTED_CONTAINER = {
@@ -172,7 +183,7 @@ def test_probes_use_kopfs_health_endpoint_and_ports_are_named(helm):
     assert env(container)["TENSORKILN_METRICS_PORT"] == "9090"
 
 
-@pytest.mark.parametrize("values", [{}, S3, {"webhook": {"enabled": True}, "prometheusUrl": "http://prom:9090"}])
+@pytest.mark.parametrize("values", [{}, S3, OCI, {"webhook": {"enabled": True}, "prometheusUrl": "http://prom:9090"}])
 def test_every_env_var_is_one_the_operator_reads(helm, values):
     packages = [ROOT / "operator" / "tensorkiln", ROOT / "api" / "tensorkiln_api"]  # what the operator image runs
     source = "\n".join(p.read_text() for package in packages for p in package.rglob("*.py"))
@@ -238,6 +249,8 @@ RBAC_CASES = {
         },
     ),
     "webhook-cert-manager": ({"webhook": {"enabled": True}}, (CERT_MANAGER,), {}),
+    # The push and pull Secrets are mounted by the kubelet, never read by the operator: no grant.
+    "oci": (OCI, (), {}),
 }
 
 
@@ -308,12 +321,65 @@ def test_s3_registry_takes_credentials_from_the_existing_secret_only(helm):
     assert not any(m["name"] == "registry" for m in container["volumeMounts"])
 
 
+def test_oci_registry_passes_the_push_and_pull_secrets_and_the_operator_reads_with_the_pull_one(helm):
+    docs = render(OCI)
+    container = operator_container(docs)
+    variables = env(container)
+    assert variables["TENSORKILN_REGISTRY_URI"] == "oci://harbor.example.test:8443/ml/engines"
+    assert variables["TENSORKILN_REGISTRY_PUSH_SECRET"] == "engines-push"
+    assert variables["TENSORKILN_REGISTRY_PULL_SECRET"] == "engines-pull"
+    assert variables["TENSORKILN_OCI_INSECURE"] == "true"
+    assert variables["DOCKER_CONFIG"] == "/var/run/tensorkiln/registry-auth"
+    assert not {"TENSORKILN_REGISTRY_SECRET", "AWS_ACCESS_KEY_ID"} & set(variables)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "registry-auth"]
+    assert mount == {"name": "registry-auth", "mountPath": "/var/run/tensorkiln/registry-auth", "readOnly": True}
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == "registry-auth"]
+    assert volume["secret"] == {
+        "secretName": "engines-pull",
+        "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+    }
+    assert not any(v["name"] == "registry" for v in volumes)
+
+
+def test_the_oci_push_and_pull_secrets_are_settings_the_operator_reads(helm, monkeypatch):
+    settings = _operator_settings(monkeypatch, render(OCI))
+    assert settings.registry_uri == "oci://harbor.example.test:8443/ml/engines"
+    assert (settings.registry_push_secret, settings.registry_pull_secret) == ("engines-push", "engines-pull")
+    assert settings.oci_insecure is True
+    # The operator pod's credentials are where its pods' are (builders.storage), in the same form.
+    assert env(operator_container(render(OCI)))["DOCKER_CONFIG"] == storage.REGISTRY_AUTH_DIR
+
+
+def test_oci_registry_without_secrets_or_insecure_sets_only_the_uri(helm):
+    docs = render({"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/acme/engines"}}})
+    container = operator_container(docs)
+    variables = env(container)
+    assert variables["TENSORKILN_REGISTRY_URI"] == "oci://ghcr.io/acme/engines"
+    oci_settings = {"TENSORKILN_REGISTRY_PUSH_SECRET", "TENSORKILN_REGISTRY_PULL_SECRET", "TENSORKILN_OCI_INSECURE"}
+    assert not (oci_settings | {"DOCKER_CONFIG"}) & set(variables)
+    assert not any(m["name"] == "registry-auth" for m in container["volumeMounts"])
+
+
+def test_oci_values_are_ignored_under_other_registry_kinds(helm):
+    oci_values = OCI["registry"]["oci"]
+    for kind_values in ({}, S3):
+        registry = {**kind_values.get("registry", {}), "oci": oci_values}
+        assert render({"registry": registry}) == render(kind_values or None)
+
+
 # --- schema --------------------------------------------------------------------------------------
 
 BAD_VALUES = {
     "unknown registry kind": ({"registry": {"kind": "nfs"}}, "/registry/kind"),
     "s3 without bucket or secret": ({"registry": {"kind": "s3"}}, "/registry"),
     "s3 credentials inline": ({"registry": {"s3": {"accessKey": "AKIA"}}}, "accessKey"),
+    "oci without repository": ({"registry": {"kind": "oci"}}, "/registry"),
+    "oci repository as a URI": ({"registry": {"kind": "oci", "oci": {"repository": "oci://ghcr.io/a"}}}, "/registry"),
+    "oci repository uppercase": ({"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/Acme"}}}, "/registry"),
+    "oci credentials inline": ({"registry": {"oci": {"password": "hunter2"}}}, "password"),
+    "oci insecure as text": ({"registry": {"oci": {"insecure": "yes"}}}, "/registry/oci/insecure"),
+    "oci bad secret name": ({"registry": {"oci": {"pullSecret": "Engines_Pull"}}}, "/registry/oci/pullSecret"),
     "negative resync": ({"resyncSeconds": -1}, "/resyncSeconds"),
     "zero resync": ({"resyncSeconds": 0}, "/resyncSeconds"),
     "negative port": ({"metrics": {"port": -1}}, "/metrics/port"),

@@ -73,7 +73,7 @@ def installed(name: str) -> str:
 
 def test_each_image_installs_its_own_distributions_and_no_other():
     """The operator image has no compiler, serving side or client, the compiler image no operator or client."""
-    assert re.search(r"pip install .* ./api \./operator\[s3\]$", installed("operator"))
+    assert re.search(r"pip install .* ./api \./operator\[s3,oci\]$", installed("operator"))
     assert re.search(r'./api "\./compiler-jobs\[\$extras\]" \./serving', installed("compiler"))
     for name, absent in {"operator": ("compiler-jobs/", "serving/", "client/"),
                          "compiler": ("operator/", "client/")}.items():  # fmt: skip
@@ -82,10 +82,10 @@ def test_each_image_installs_its_own_distributions_and_no_other():
 
 
 def test_extras_installed_exist_in_their_distributions():
-    assert "s3" in project("operator")["optional-dependencies"]
+    assert {"s3", "oci"} <= set(project("operator")["optional-dependencies"])
     # The compiler's VARIANT picks them: cpu, then gpu.
     variants = [set(found.split(",")) for found in re.findall(r"extras=([\w,-]+)", installed("compiler"))]
-    assert variants == [{"s3"}, {"gpu", "s3"}]
+    assert variants == [{"s3", "oci"}, {"gpu", "s3", "oci"}]
     assert set().union(*variants) <= set(project("compiler-jobs")["optional-dependencies"])
 
 

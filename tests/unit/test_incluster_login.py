@@ -104,7 +104,38 @@ def test_compile_jobs_accept_the_charts_pvc_registry(uri):
     assert re.match(pattern, uri)
 
 
-@pytest.mark.parametrize("uri", ["pvc://Bad_Claim/x", "pvc:///engines", "http://host/engines"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "oci://ghcr.io/acme/engines",
+        "oci://registry.example.test:5000/tensorkiln/engines",
+        "oci://10.0.0.7:5000/engines",
+        "oci://[::1]:5000/engines",
+        "oci://harbor.example.test/team-a/tensor_kiln__engines",
+    ],
+)
+def test_compile_jobs_accept_oci_registries(uri):
+    """oci://host[:port]/repository (tensorkiln_api.registry.oci): the CRD's pattern and the model agree."""
+    RegistryDestination.model_validate({"uri": uri})
+    crd = yaml.safe_load((ROOT / "crds/compilejobs.tensorkiln.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    pattern = schema["properties"]["spec"]["properties"]["registry"]["properties"]["uri"]["pattern"]
+    assert re.match(pattern, uri)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "pvc://Bad_Claim/x",
+        "pvc:///engines",
+        "http://host/engines",
+        "oci://ghcr.io",  # no repository
+        "oci://ghcr.io/Acme/engines",  # repository names are lowercase
+        "oci://user:secret@ghcr.io/engines",  # credentials never travel in the URI
+        "oci://ghcr.io/engines:latest",  # the root of the registry, not one tag
+        "oci:///engines",
+    ],
+)
 def test_compile_jobs_refuse_other_registry_uris(uri):
     with pytest.raises(ValidationError):
         RegistryDestination.model_validate({"uri": uri})

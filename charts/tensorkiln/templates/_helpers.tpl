@@ -49,10 +49,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* TENSORKILN_REGISTRY_URI: pvc://claim/path (the operator reads it under /mnt/pvc/<claim>) or s3://bucket[/prefix]. */}}
+{{/* TENSORKILN_REGISTRY_URI: pvc://claim/path (the operator reads it under /mnt/pvc/<claim>), s3://bucket[/prefix]
+or oci://host[:port]/repository. */}}
 {{- define "tensorkiln.registryUri" -}}
 {{- $r := .Values.registry -}}
-{{- if eq $r.kind "s3" -}}
+{{- if eq $r.kind "oci" -}}
+{{- printf "oci://%s" (trimAll "/" $r.oci.repository) -}}
+{{- else if eq $r.kind "s3" -}}
 {{- $prefix := trimAll "/" (default "" $r.s3.prefix) -}}
 {{- if $prefix -}}
 {{- printf "s3://%s/%s" $r.s3.bucket $prefix -}}

@@ -41,12 +41,16 @@ def job_name(compile_job: dict) -> str:
     return f"{compile_job['metadata']['name']}-{digest[:8]}"
 
 
-def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
-    """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials)."""
+def build_job(
+    compile_job: dict, registry_secret: str | None = None, *, push_secret: str | None = None, oci_insecure: bool = False
+) -> dict:
+    """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials); with an oci://
+    registry, `push_secret` names a docker-config Secret mounted as the compiler's $DOCKER_CONFIG."""
     spec = compile_job["spec"]
     hardware = spec["hardware"]
     source = storage.model_source(spec["source"]["uri"])
     registry = storage.registry(spec["registry"]["uri"])
+    credentials = storage.registry_credentials(spec["registry"]["uri"], push_secret, insecure=oci_insecure)
     # The compiler reads both locations as the container sees them.
     pod_spec_json = {**spec, "source": {**spec["source"], "uri": source.uri}, "registry": {"uri": registry.uri}}
     meta = compile_job["metadata"]
@@ -68,6 +72,7 @@ def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
             {"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))},
             # The root filesystem is read-only; OpenVINO and NNCF write caches under $HOME.
             {"name": "HOME", "value": "/tmp"},
+            *credentials.env,
         ],
         "resources": hardware.get("resources", {}),
         "securityContext": RESTRICTED_CONTAINER,
@@ -78,6 +83,7 @@ def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
             {"name": "tmp", "mountPath": "/tmp"},
             *source.mounts,
             *registry.mounts,
+            *credentials.mounts,
         ],
     }
     if registry_secret:
@@ -104,6 +110,7 @@ def build_job(compile_job: dict, registry_secret: str | None = None) -> dict:
             {"name": "tmp", "emptyDir": {}},
             *source.volumes,
             *registry.volumes,
+            *credentials.volumes,
         ],
     }
     if "nodeAffinity" in hardware:

@@ -90,6 +90,10 @@ def build_deployment(
     name = target_name(model["metadata"]["name"], target)
     pod_labels = selector(model, target)
     registry = storage.registry(settings.registry_uri)
+    # engine-fetch only reads: the pull Secret, never the push one.
+    credentials = storage.registry_credentials(
+        settings.registry_uri, settings.registry_pull_secret, insecure=settings.oci_insecure
+    )
     config_digest = hashlib.sha256(config_map["data"]["config.pbtxt"].encode()).hexdigest()[:16]
     fetch_args = [
         "--registry", registry.uri,
@@ -112,8 +116,11 @@ def build_deployment(
             {"name": "models", "mountPath": MODEL_REPOSITORY},
             {"name": "triton-config", "mountPath": CONFIG_DIR, "readOnly": True},
             *[{**m, "readOnly": True} for m in registry.mounts],
+            *credentials.mounts,
         ],
     }
+    if credentials.env:
+        engine_fetch["env"] = credentials.env
     if settings.registry_secret:
         engine_fetch["envFrom"] = [{"secretRef": {"name": settings.registry_secret}}]
     triton = {
@@ -163,6 +170,7 @@ def build_deployment(
             {"name": "tmp", "emptyDir": {}},
             {"name": "triton-config", "configMap": {"name": config_map["metadata"]["name"]}},
             *registry.volumes,
+            *credentials.volumes,
         ],
     }
     if target.node_affinity():

@@ -1,8 +1,12 @@
 """How a pod reaches a model source or the engine registry, by URI scheme (pure).
 
 file:// paths are host paths (the local cluster's node is this machine); pvc://claim/path
-mounts the claim; s3:// and https:// need no volume. Each function returns the volumes and
-mounts to add and the URI as the container will see it.
+mounts the claim; s3://, https:// and oci:// need no volume. Each function returns the volumes,
+mounts (and env) to add and the URI as the container will see it.
+
+An oci:// registry's credentials are a docker config file (tensorkiln_api.registry.oci reads
+$DOCKER_CONFIG/config.json): `registry_credentials` mounts a kubernetes.io/dockerconfigjson Secret
+read-only as that file. Compile pods get the push Secret, Triton pods' engine-fetch the pull one.
 """
 
 from dataclasses import dataclass, field
@@ -15,6 +19,16 @@ class Access:
     uri: str  # as seen inside the container
     volumes: list[dict] = field(default_factory=list)
     mounts: list[dict] = field(default_factory=list)
+    env: list[dict] = field(default_factory=list)
+
+
+# Where a docker-config Secret is mounted, and the variable that points the registry client at it.
+REGISTRY_AUTH_VOLUME = "registry-auth"
+REGISTRY_AUTH_DIR = "/var/run/tensorkiln/registry-auth"
+DOCKER_CONFIG_ENV = "DOCKER_CONFIG"
+DOCKER_CONFIG_KEY = ".dockerconfigjson"  # the key of a kubernetes.io/dockerconfigjson Secret
+# Plain HTTP to a registry that is not on loopback (tensorkiln_api.registry.oci.INSECURE_ENV).
+OCI_INSECURE_ENV = "TENSORKILN_OCI_INSECURE"
 
 
 def _pvc(name: str, uri: str, mount_root: str, read_only: bool) -> Access:
@@ -55,3 +69,24 @@ def registry(uri: str) -> Access:
     if scheme == "pvc":
         return _pvc("registry", uri, "/var/lib/tensorkiln/registry", read_only=False)
     return Access(uri)
+
+
+def is_oci(uri: str | None) -> bool:
+    return bool(uri) and urlsplit(uri).scheme == "oci"
+
+
+def registry_credentials(uri: str, secret: str | None, *, insecure: bool = False) -> Access:
+    """What a pod reading or writing an oci:// registry needs besides the URI: the docker-config Secret
+    `secret` (its .dockerconfigjson as config.json, read-only, DOCKER_CONFIG pointing at it) and, when
+    `insecure`, TENSORKILN_OCI_INSECURE. Nothing for any other scheme, nor without a Secret."""
+    if not is_oci(uri):
+        return Access(uri)
+    env = [{"name": OCI_INSECURE_ENV, "value": "true"}] if insecure else []
+    if not secret:
+        return Access(uri, env=env)
+    volume = {
+        "name": REGISTRY_AUTH_VOLUME,
+        "secret": {"secretName": secret, "items": [{"key": DOCKER_CONFIG_KEY, "path": "config.json"}]},
+    }
+    mount = {"name": REGISTRY_AUTH_VOLUME, "mountPath": REGISTRY_AUTH_DIR, "readOnly": True}
+    return Access(uri, [volume], [mount], [{"name": DOCKER_CONFIG_ENV, "value": REGISTRY_AUTH_DIR}, *env])

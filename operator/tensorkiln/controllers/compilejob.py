@@ -174,7 +174,7 @@ def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
         refused = refused_compile_job_status(compile_job, settings.model_file_roots, now)
         if refused is not None:
             return Decision(refused, superseded, registry="answered")
-        job = build_job(compile_job, settings.registry_secret)
+        job = _job(compile_job, settings)
         return Decision(_mirrored(observed, job, now), superseded, create_job=job, registry="answered")
     status = _mirrored(observed, job, now)
     fault = cluster_fault(compile_job, job, observed.pod, observed.published) if status["phase"] == "Failed" else None
@@ -182,10 +182,19 @@ def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
         # Not the model's fault: compile again, in a Job of a new name (it holds the retry count).
         generation = compile_job["metadata"].get("generation", 1)
         retried = {**compile_job, "status": retrying_status(status, fault, generation, now)}
-        retry_job = build_job(retried, settings.registry_secret)
+        retry_job = _job(retried, settings)
         status = {**retried["status"], "jobName": retry_job["metadata"]["name"]}
         return Decision(status, (*superseded, wanted), retry_job, "answered", retry_after=fault)
     return Decision(status, superseded, registry="answered")
+
+
+def _job(compile_job: dict, settings: Settings) -> dict:
+    return build_job(
+        compile_job,
+        settings.registry_secret,
+        push_secret=settings.registry_push_secret,
+        oci_insecure=settings.oci_insecure,
+    )
 
 
 def _mirrored(observed: Observed, job: dict, now: datetime) -> dict:

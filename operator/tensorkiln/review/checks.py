@@ -5,7 +5,8 @@ URI scheme, a `..` segment. These checks need the operator's settings or the clu
 
 - a file:// source or calibration set outside the allowed roots (the compile pod mounts the
   file's directory from the node: anything else would be a host-path escape): error;
-- a pvc:// claim, or the registry's claim or credentials Secret, missing in the namespace: error;
+- a pvc:// claim, or the registry's claim or credentials Secret (S3's, or an oci:// registry's push
+  and pull Secrets), missing in the namespace: error;
 - hardware that matches no node: warning (a pool may appear later);
 - under Auto, GPU nodes without a product label, taken as one hardware class whatever their GPUs
   (HardwareClass.note names them): warning (the model still compiles, one engine for them all);
@@ -113,8 +114,22 @@ def referenced_claims(spec: dict, registry_uri: str | None) -> list[tuple[str, s
     return claims
 
 
+# The settings naming an oci:// registry's docker-config Secrets, and the pods that mount each.
+OCI_SECRET_SETTINGS = {
+    "TENSORKILN_REGISTRY_PUSH_SECRET": "compile pods mount it to publish",
+    "TENSORKILN_REGISTRY_PULL_SECRET": "Triton pods' engine-fetch mounts it to read",
+}
+
+
 def check_references(
-    spec: dict, namespace: str, exists: Exists, *, registry_uri: str | None = None, registry_secret: str | None = None
+    spec: dict,
+    namespace: str,
+    exists: Exists,
+    *,
+    registry_uri: str | None = None,
+    registry_secret: str | None = None,
+    registry_push_secret: str | None = None,
+    registry_pull_secret: str | None = None,
 ) -> list[Finding]:
     findings = []
     for field, claim in referenced_claims(spec, registry_uri):
@@ -141,6 +156,40 @@ def check_references(
                 field,
                 f"{field}: Secret {registry_secret} does not exist in namespace {namespace}; compile and Triton "
                 f"pods take it as environment in their own namespace: copy it into {namespace}",
+            )
+        )
+    findings += _check_oci_secrets(namespace, exists, registry_uri, registry_push_secret, registry_pull_secret)
+    return findings
+
+
+def _check_oci_secrets(
+    namespace: str, exists: Exists, registry_uri: str | None, push_secret: str | None, pull_secret: str | None
+) -> list[Finding]:
+    """An oci:// registry's push and pull Secrets (one finding per missing Secret, naming every setting that
+    names it). Only pods of an oci:// registry mount them (builders.storage.registry_credentials)."""
+    if not registry_uri or urlsplit(registry_uri).scheme != "oci":
+        return []
+    settings_of: dict[str, list[str]] = {}
+    for setting, secret in (
+        ("TENSORKILN_REGISTRY_PUSH_SECRET", push_secret),
+        ("TENSORKILN_REGISTRY_PULL_SECRET", pull_secret),
+    ):
+        if secret:
+            settings_of.setdefault(secret, []).append(setting)
+    findings = []
+    for secret, settings in settings_of.items():
+        if exists("Secret", secret) is not False:
+            continue
+        field = f"the engine registry's credentials ({', '.join(settings)})"
+        who = "; ".join(OCI_SECRET_SETTINGS[s] for s in settings)
+        findings.append(
+            Finding(
+                ERROR,
+                MISSING_SECRET,
+                field,
+                f"{field}: Secret {secret} does not exist in namespace {namespace} ({who}, in their own namespace); "
+                f"create it there: kubectl -n {namespace} create secret docker-registry {secret} "
+                "--docker-server=... --docker-username=... --docker-password=...",
             )
         )
     return findings
@@ -246,10 +295,20 @@ def review(
     measured: dict[str, float] | None = None,
     registry_uri: str | None = None,
     registry_secret: str | None = None,
+    registry_push_secret: str | None = None,
+    registry_pull_secret: str | None = None,
 ) -> list[Finding]:
     """Every finding for a validated spec (camelCase, defaults applied), errors first."""
     findings = check_file_uris(spec, file_roots)
-    findings += check_references(spec, namespace, exists, registry_uri=registry_uri, registry_secret=registry_secret)
+    findings += check_references(
+        spec,
+        namespace,
+        exists,
+        registry_uri=registry_uri,
+        registry_secret=registry_secret,
+        registry_push_secret=registry_push_secret,
+        registry_pull_secret=registry_pull_secret,
+    )
     findings += check_hardware(spec, nodes)
     findings += check_slo_target(spec, measured or {})
     findings += check_batcher_settings(spec)

@@ -90,4 +90,6 @@ def review(
         measured=checks.measured_latencies(manifests),
         registry_uri=settings.registry_uri,
         registry_secret=settings.registry_secret,
+        registry_push_secret=settings.registry_push_secret,
+        registry_pull_secret=settings.registry_pull_secret,
     )
