@@ -11,7 +11,7 @@ DISTRIBUTIONS := api operator compiler-jobs serving client localcluster
 $(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
-	$(PY) -m pip install -q -c constraints.txt -e . -e './api[s3,oci]' -e './operator[s3]' -e ./compiler-jobs \
+	$(PY) -m pip install -q -c constraints.txt -e . -e './api[s3,oci]' -e './operator[s3,oci]' -e ./compiler-jobs \
 		-e ./serving -e ./client -e ./localcluster
 	touch $@
 
