@@ -40,11 +40,18 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # admits U+00A0 and the vertical tab; Rust's refuses them).
 # A URI character: anything but a control character (C0, DEL, C1) or the ASCII space.
 URI_CHAR = r"[^\x00-\x20\x7f-\x9f]"
+# An OCI reference: a registry host (a DNS name, an IPv4 address or a bracketed IPv6 one) with an optional
+# port, no credentials; a repository name as the OCI distribution spec writes it; then, for a model source, a
+# tag or a digest (the artifact pinned). The engine registry's URI (compilejob) takes host and repository alone.
+OCI_HOST = r"([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
+OCI_REPOSITORY = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
+OCI_TAG_OR_DIGEST = r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})"
 MODEL_URI_PATTERN = (
     rf"^(file:///{URI_CHAR}+"
     rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9]/{URI_CHAR}+"
     rf"|https?://[A-Za-z0-9.-]+(:[0-9]+)?/{URI_CHAR}*"
-    rf"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/{URI_CHAR}+)$"
+    rf"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/{URI_CHAR}+"
+    rf"|oci://{OCI_HOST}/{OCI_REPOSITORY}{OCI_TAG_OR_DIGEST})$"
 )
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 # A `..` path segment, plain or percent-encoded (the fetcher decodes the path): a host-path escape
@@ -338,8 +345,10 @@ class ModelSource(SpecModel):
         description=(
             "Location of the model file. One of file:///absolute/path (a path on the node), "
             "s3://bucket/key, https://host/path, http://host/path (inside a cluster network; set sha256 to "
-            "verify what it served), or pvc://claim-name/path (a file on a PersistentVolumeClaim in the same "
-            "namespace)."
+            "verify what it served), pvc://claim-name/path (a file on a PersistentVolumeClaim in the same "
+            "namespace), or oci://host[:port]/repository@sha256:<digest> (or :tag; pin the digest): an OCI "
+            "artifact such as a ModelPack, whose one layer titled *.onnx is the model, or a modelcar image, "
+            "whose one models/**/*.onnx file is."
         ),
     )
     format: ModelFormat = Field(ModelFormat.ONNX, description="Format of the model file.")
@@ -631,7 +640,8 @@ class Calibration(SpecModel):
         max_length=2048,
         pattern=MODEL_URI_PATTERN,
         description=(
-            "Location of the calibration dataset, with the same schemes as source.uri: "
+            "Location of the calibration dataset, with the same schemes as source.uri (from an oci:// "
+            "reference, its one layer titled *.npz or models/**/*.npz file): "
             "an .npz file with one array per model input, first axis the sample index: the batch axis, or, "
             "when serving.maxBatchSize is 0, an axis of its own before the input's full shape."
         ),

@@ -14,6 +14,8 @@ from .common import (
     AGE_COLUMN,
     DNS_LABEL_PATTERN,
     LIST_SET,
+    OCI_HOST,
+    OCI_REPOSITORY,
     SHA256_PATTERN,
     SYNTHETIC_INPUTS_DESCRIPTION,
     URI_CHAR,
@@ -46,17 +48,12 @@ from .inferencemodel import MAX_BATCH_SIZE, Percentile
 # The releases of serving_targets.SERVING_TARGETS (a unit test keeps them equal).
 ServingTargetRelease = Literal["24.10", "25.10", "26.06"]
 
-# An OCI registry's host (a DNS name, an IPv4 address or a bracketed IPv6 one) with an optional port, and
-# a repository name as the OCI distribution spec writes it (tensorkiln_api.registry.oci._REPOSITORY).
-OCI_HOST = r"([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
-OCI_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
-
 # The operator's TENSORKILN_REGISTRY_URI: file:// (local), pvc:// (the Helm chart's default), s3://, or
 # oci://host[:port]/repository (an OCI registry, one artifact per engine).
 REGISTRY_URI_PATTERN = (
     rf"^(file:///{URI_CHAR}+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/{URI_CHAR}*)?"
     rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9](/{URI_CHAR}*)?"
-    rf"|oci://{OCI_HOST}/{OCI_PATH_COMPONENT}(/{OCI_PATH_COMPONENT})*)$"
+    rf"|oci://{OCI_HOST}/{OCI_REPOSITORY})$"
 )
 
 # A core/v1 NodeAffinity, passed through to the compiler pod untouched.

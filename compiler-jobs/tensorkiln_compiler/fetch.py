@@ -1,6 +1,6 @@
 """Fetch step: bring the model (or the calibration dataset) into the pod and hash it.
 
-Each URI scheme has its module in sources/ (file:// and pvc:// read in place, http(s):// and s3://
+Each URI scheme has its module in sources/ (file:// and pvc:// read in place, http(s)://, s3:// and oci://
 downloaded into the work dir); a scheme none serves is refused by name. Bad input (a missing file, an
 HTTP 4xx, a missing S3 key, an unsupported scheme) exits 2; timeouts, 5xx and connection errors may
 pass, so they exit 1.

@@ -16,6 +16,7 @@ from tensorkiln_api import (
     InferenceModelStatus,
     field_errors,
 )
+from tensorkiln_api.common import Calibration
 
 URI = "https://models.example.com/resnet50/model.onnx"
 MINIMAL = {"source": {"uri": URI}}
@@ -286,10 +287,46 @@ def test_rules_that_hold_pass():
         "s3://my-bucket/models/resnet50.onnx",
         "https://models.example.com:8443/resnet50.onnx",
         "pvc://model-store/resnet50/model.onnx",
+        "oci://registry.example.com/models/resnet50@sha256:" + "a" * 64,
+        "oci://registry.example.com:5000/team/models/resnet50:v1.2_rc-1",
+        "oci://127.0.0.1:5000/resnet__50:latest",
+        "oci://[::1]:5000/models/resnet50:v1",
+        "oci://ghcr.io/org/model-car.onnx:1",
     ],
 )
 def test_source_uri_schemes(uri):
     assert InferenceModelSpec.model_validate({"source": {"uri": uri}}).source.uri == uri
+    assert Calibration.model_validate({"datasetUri": uri}).dataset_uri == uri  # the same pattern
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "oci://registry.example.com/Models/resnet50:v1",  # uppercase repository
+        "oci://registry.example.com/models/resnet50",  # neither tag nor digest
+        "oci://registry.example.com/models/resnet50:",  # an empty tag
+        "oci://registry.example.com/models/resnet50:.v1",  # a tag starts with [A-Za-z0-9_]
+        "oci://registry.example.com/models/resnet50:" + "v" * 129,  # a tag has at most 128 characters
+        "oci://registry.example.com/models/resnet50@sha256:" + "A" * 64,  # digest hex is lowercase
+        "oci://registry.example.com/models/resnet50@sha256:" + "a" * 63,
+        "oci://registry.example.com/models/resnet50@sha512:" + "a" * 128,  # sha256 only
+        "oci://user:pass@registry.example.com/models/resnet50:v1",  # credentials in the URI
+        "oci://token@registry.example.com/models/resnet50:v1",
+        "oci://registry.example.com/models//resnet50:v1",  # an empty path component
+        "oci://registry.example.com/models/resnet50/:v1",
+        "oci://registry.example.com/models/../resnet50:v1",
+        "oci://registry.example.com/-models/resnet50:v1",
+        "oci://registry.example.com:port/models/resnet50:v1",
+        "oci:///models/resnet50:v1",  # no host
+        "oci://registry.example.com/models/resnet50:v1?x=1",
+        "oci://registry.example.com/models/resnet50:v1#f",
+        "oci://registry.example.com/models/resnet50:v1/model.onnx",
+    ],
+)
+def test_oci_source_uris_refused(uri):
+    with pytest.raises(ValidationError) as caught:
+        InferenceModelSpec.model_validate({"source": {"uri": uri}})
+    assert any(e.startswith("spec.source.uri") for e in field_errors(caught.value)), uri
 
 
 COMPILE_JOB_SPEC = {

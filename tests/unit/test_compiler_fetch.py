@@ -19,6 +19,7 @@ EXAMPLES = {
     "http": ("http://models.local/m.onnx", "http"),
     "https": ("https://models.local/m.onnx", "http"),
     "s3": ("s3://models/m.onnx", "s3"),
+    "oci": ("oci://registry.local:5000/models/resnet@sha256:" + "0" * 64, "oci"),
 }
 
 
@@ -139,5 +140,5 @@ def test_unknown_scheme_is_refused_by_name(tmp_path, uri, scheme, field, what):
         fetch(uri, tmp_path / "dl", field=field, what=what)
     assert error.value.reason == f"{what}UnsupportedScheme"
     assert error.value.exit_code == EXIT_INVALID_INPUT
-    assert error.value.message == f"{field}: scheme {scheme!r} is not supported here (file, pvc, http, https, s3)"
+    assert error.value.message == f"{field}: scheme {scheme!r} is not supported here (file, pvc, http, https, s3, oci)"
     assert not (tmp_path / "dl").exists()

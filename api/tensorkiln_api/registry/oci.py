@@ -165,13 +165,8 @@ class OciRegistry(Registry):
                 f"{uri!r}: the repository {repository!r} is no OCI repository name "
                 "(lowercase letters and digits, separated by '.', '_', '__', '-' or '/')"
             )
-        hostname = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        host = f"{hostname}:{port}" if port is not None else hostname
-        insecure = parts.hostname in LOOPBACK_HOSTS or env.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
-        client = _Client(host, insecure=insecure, tls_verify=env.get("SSL_CERT_FILE") or True)
-        registry = cls(client, host, repository, credentials="")
-        registry.credentials = client.load_credentials(registry._container("latest"), _auth_file(env))
-        return registry
+        host, client, credentials = client_for(parts.hostname, port, env)
+        return cls(client, host, repository, credentials)
 
     def engine_uri(self, digest: str) -> str:
         return f"{self.uri}:{engine_tag(digest)}"
@@ -287,18 +282,36 @@ class OciRegistry(Registry):
             yield
         except requests.exceptions.SSLError as error:  # a certificate or a protocol mismatch: no outage
             raise RegistryError(f"{self.uri}: {what}: TLS: {error}") from error
-        except (
-            requests.exceptions.ConnectionError,
-            requests.exceptions.Timeout,
-            requests.exceptions.RetryError,
-            requests.exceptions.ChunkedEncodingError,
-            urllib3.exceptions.HTTPError,
-        ) as error:
+        except UNREACHABLE as error:
             raise RegistryUnavailable(f"{self.uri}: {what}: {error}") from error
         except (requests.exceptions.RequestException, jsonschema.ValidationError) as error:
             raise RegistryError(f"{self.uri}: {what}: {error}") from error
         except ValueError as error:  # oras: a challenge it cannot answer (no credentials), no upload session
             raise RegistryError(f"{self.uri}: {what}: {error} (credentials: {self.credentials})") from error
+
+
+# The transport's errors that say the registry was not reached, or answered only in part: a retry may pass.
+UNREACHABLE = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.Timeout,
+    requests.exceptions.RetryError,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.HTTPError,
+)
+
+
+def client_for(hostname: str, port: int | None, env: Mapping[str, str] = os.environ) -> tuple[str, "_Client", str]:
+    """A client for the registry at hostname[:port], set up as OciRegistry's own (HTTPS, plain HTTP only
+    for loopback or TENSORKILN_OCI_INSECURE; short transport retries and timeouts; the docker config's
+    credentials for it): (host as a reference writes it, the client, where its credentials come from in
+    words that hold no secret). Also what the compiler's oci:// model source pulls with."""
+    bracketed = f"[{hostname}]" if ":" in hostname else hostname
+    host = f"{bracketed}:{port}" if port is not None else bracketed
+    insecure = hostname in LOOPBACK_HOSTS or env.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
+    client = _Client(host, insecure=insecure, tls_verify=env.get("SSL_CERT_FILE") or True)
+    # Credentials are looked up by the container's registry (its host) alone.
+    credentials = client.load_credentials(oras.container.Container("latest", registry=host), _auth_file(env))
+    return host, client, credentials
 
 
 class _OciEngine(EngineSource):

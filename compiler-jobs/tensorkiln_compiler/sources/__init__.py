@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from ..errors import InvalidInput
 
 # scheme -> module: imported on demand, as the candidates are, so a compile loads only the source it uses.
-SCHEMES = {"file": "file", "pvc": "pvc", "http": "http", "https": "http", "s3": "s3"}
+SCHEMES = {"file": "file", "pvc": "pvc", "http": "http", "https": "http", "s3": "s3", "oci": "oci"}
 
 
 class Source(Protocol):
