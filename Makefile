@@ -28,8 +28,8 @@ prepare-builds:
 	PYTHONPATH=localcluster python3 -m tensorkiln_local prepare $(PREPARE_FLAGS)
 
 ## demo: build/reuse the cluster binaries and images, start the cluster (real control plane, kwok GPU
-## pools, the real node local-0: kubelet + containerd), helm-install TensorKiln from its images (pushed to
-## the local registry, pinned by digest), apply the samples, wait until the real CPU model is compiled and
+## pools, the real node local-0: kubelet + containerd), helm-install TensorKiln's chart and images from the local
+## registry (oci://localhost:5000/charts/tensorkiln, all pinned by digest), apply the samples, wait until the real CPU model is compiled and
 ## served, send it one request through its Service (a rendered text line that `cluster up` staged), show
 ## the result. The GPU samples stay in phase Simulated: their pools are kwok's.
 DEMO_INPUT := $${TENSORKILN_LOCAL_DATA:-/var/lib/tensorkiln}/models/rapidocr/cls-demo-line.npy
@@ -55,10 +55,13 @@ images: venv
 images-gpu: venv
 	$(TKL) images build compiler-gpu
 
-## push: build, then copy the images to REGISTRY (e.g. make push REGISTRY=ghcr.io/you), printing digests.
+## push: build, then copy the images to REGISTRY (e.g. make push REGISTRY=ghcr.io/you), tagged with the
+## chart's appVersion, and push the chart to oci://REGISTRY/charts (helm push; plain HTTP only to a
+## localhost registry), printing every digest.
 push: venv
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/path"; exit 2; }
 	$(TKL) images push --registry "$(REGISTRY)"
+	$(PY) -m tensorkiln_local.chart_oci push --registry "$(REGISTRY)"
 
 ## test: lint, unit tests, then integration tests against the local cluster (started if needed) and
 ## TensorKiln installed on it from its images (the same `install` as the demo's)

@@ -94,10 +94,13 @@ def _images(args) -> int:
             if b.name == COMPILER_GPU.name:
                 print(f"{'':<12} TensorRT {runtime_check.check_tensorrt(COMPILER_GPU, b.reference)}, as its target's")
         return 0
+    from tensorkiln_local import chart_oci
+
     registry = args.registry.rstrip("/")
     local = registry.split("/")[0].split(":")[0] in ("localhost", "127.0.0.1")
+    tag = args.tag or chart_oci.chart(paths.CHART_DIR).app_version  # the tag the chart's values name
     for b in built:
-        pushed = images.push(b, registry, args.tag, tls_verify=not local)
+        pushed = images.push(b, registry, tag, tls_verify=not local)
         print(f"{b.name:<12} {pushed.repository}:{pushed.tag}@{pushed.digest}")
     return 0
 
@@ -187,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
     push = image_actions.add_parser("push", help="build, then copy them to a registry (skopeo), printing each digest")
     push.add_argument("names", nargs="*", metavar="NAME")
     push.add_argument("--registry", required=True, help="e.g. ghcr.io/you (TLS verified unless localhost)")
-    push.add_argument("--tag", default="0.1.0", help="default: %(default)s")
+    push.add_argument("--tag", help="default: the chart's appVersion")
     images.set_defaults(func=_images)
 
     install = commands.add_parser(

@@ -1,6 +1,7 @@
 """`tensorkiln-local install` (`make demo`): TensorKiln installed on the local cluster the way a
-user installs it: its images pushed to a registry, the chart installed with `helm upgrade
---install`, values pinning each image by digest.
+user installs it: its images and its chart (an OCI artifact, chart_oci.py) pushed to a registry, the
+chart installed from there with `helm upgrade --install oci://localhost:5000/charts/tensorkiln@sha256:...
+--version <chart version>`, values pinning each image by digest.
 
 What a user's cluster provides and the local cluster lacks is set up here, as its administrator
 would, each named for what it stands in for:
@@ -34,7 +35,7 @@ from tensorkiln.builders.job import COMPILER_UID
 from tensorkiln_api import __version__
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
 
-from tensorkiln_local import installmanifests
+from tensorkiln_local import chart_oci, installmanifests
 from tensorkiln_local.cluster import (
     certmanager,
     cluster,
@@ -60,7 +61,8 @@ MODEL_STORE = "model-store"
 MODEL_STORE_PORT = 8080
 MODEL_STORE_URL = f"http://{MODEL_STORE}.{LOCAL_NAMESPACE}.svc.cluster.local"
 PROMETHEUS_SERVICE_URL = f"http://prometheus.{LOCAL_NAMESPACE}.svc.cluster.local:{prometheus.PORT}"
-APP_VERSION = "0.1.0"
+# The images' tag: the chart's appVersion, as a release tags them (the values pin them by digest all the same).
+APP_VERSION = chart_oci.chart(paths.CHART_DIR).app_version
 SAMPLE_NAMESPACES = ("default",)
 
 
@@ -222,16 +224,30 @@ def apply_prerequisites(dynamic: DynamicClient, pushed: dict[str, images.Pushed]
         kube.apply(dynamic, obj)
 
 
-def helm_install(values: dict, timeout: str = "5m") -> None:
-    """`helm upgrade --install` of charts/tensorkiln with `values`, waiting for the operator."""
+def push_chart() -> chart_oci.PushedChart:
+    """Package the working tree's chart and push it to the local registry (plain HTTP), as a release
+    pushes its chart to the user's registry."""
+    return chart_oci.package_and_push(registry.HOST, paths.CHART_DIR, plain_http=True)
+
+
+def helm_install_command(helm: Path, chart: chart_oci.PushedChart, values_file: str, timeout: str) -> list[str]:
+    """`helm upgrade --install` from the registry (pure). The chart is named by the digest its push
+    printed and by its version: the local registry moves the version's tag on every push (each `helm
+    package` differs: its tar headers carry the time of packaging), so the digest is what makes this
+    push's content the one installed, and helm refuses the install ("chart reference digest mismatch")
+    should the tag name another push by then. The description records the reference in the release
+    (`helm history`)."""
+    return [str(helm), "--kubeconfig", str(paths.KUBECONFIG), "upgrade", "--install", RELEASE, chart.pinned,
+            "--version", chart.chart.version, "--plain-http", "--namespace", NAMESPACE, "-f", values_file,
+            "--wait", "--timeout", timeout, "--description", f"installed from {chart.pinned}"]  # fmt: skip
+
+
+def helm_install(values: dict, chart: chart_oci.PushedChart, timeout: str = "5m") -> None:
+    """`helm upgrade --install` of the pushed chart with `values`, waiting for the operator."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(values, f)
     try:
-        subprocess.run(
-            [str(installmanifests.helm()), "--kubeconfig", str(paths.KUBECONFIG), "upgrade", "--install", RELEASE,
-             str(paths.CHART_DIR), "--namespace", NAMESPACE, "-f", f.name, "--wait", "--timeout", timeout],
-            check=True,
-        )  # fmt: skip
+        subprocess.run(helm_install_command(installmanifests.helm(), chart, f.name, timeout), check=True)
     finally:
         Path(f.name).unlink()
 
@@ -342,14 +358,17 @@ def scale_operator(api_client: client.ApiClient, replicas: int) -> None:
 
 
 def install(namespaces: tuple[str, ...] = SAMPLE_NAMESPACES, overrides: dict | None = None) -> dict:
-    """Push the images, set up what the cluster lacks, install the chart (its values for the local
-    cluster, with `overrides` over them); return the values used."""
+    """Push the images and the chart, set up what the cluster lacks, install the chart from the registry
+    (its values for the local cluster, with `overrides` over them); print the chart installed; return
+    the values used."""
     pushed = push_images()
+    chart = push_chart()
     values = merged(chart_values(pushed), overrides or {})
     with connection.api_client() as api:
         apply_prerequisites(DynamicClient(api), pushed, namespaces)
         core = client.CoreV1Api(api)
         wait_ready(core, NAMESPACE, f"app.kubernetes.io/name={certmanager.NAME}")  # it issues the webhook's certificate
-        helm_install(values)
+        helm_install(values, chart)
         wait_ready(core, LOCAL_NAMESPACE, f"app.kubernetes.io/name={MODEL_STORE}")
+    print(f"installed chart {chart.pinned} (version {chart.chart.version}, appVersion {chart.chart.app_version})")
     return values

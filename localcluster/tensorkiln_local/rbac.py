@@ -21,7 +21,7 @@ from dataclasses import dataclass
 # Where a grant applies.
 WATCHED = "watched"  # a namespaced resource: in every watched namespace (cluster-wide when all are)
 CLUSTER = "cluster"  # a cluster-scoped resource
-SECRET_NAMESPACES = "secret-namespaces"  # the registry Secret, by name, in registry.secretNamespaces
+SECRET_NAMESPACES = "secret-namespaces"  # a registry Secret, by name, in registry.secretNamespaces
 RELEASE = "release"  # one object, by name, in the namespace the operator runs in
 
 # When a grant applies (a row applies when all of its conditions hold).
@@ -29,6 +29,8 @@ ALL_NAMESPACES = "all-namespaces"  # watchNamespaces empty
 SOME_NAMESPACES = "some-namespaces"  # watchNamespaces set
 PEERING = "peering"  # peering.enabled
 REGISTRY_SECRET = "registry-secret"  # the registry has a credentials Secret (S3)
+REGISTRY_PUSH_SECRET = "registry-push-secret"  # an oci:// registry with a push Secret (registry.oci.pushSecret)
+REGISTRY_PULL_SECRET = "registry-pull-secret"  # an oci:// registry with a pull Secret (registry.oci.pullSecret)
 WEBHOOK_SELF_SIGNED = "webhook-self-signed"  # webhook on, cert-manager absent: the operator keeps its own cert
 
 
@@ -161,6 +163,24 @@ CALLS: tuple[ApiCall, ...] = (
     ApiCall(
         "",
         "secrets",
+        ("get",),
+        SECRET_NAMESPACES,
+        "an oci:// registry's push Secret (compile pods mount it): spec review asks only whether it exists "
+        "(MissingSecret), by name, in registry.secretNamespaces",
+        (REGISTRY_PUSH_SECRET,),
+    ),
+    ApiCall(
+        "",
+        "secrets",
+        ("get",),
+        SECRET_NAMESPACES,
+        "an oci:// registry's pull Secret (Triton pods' engine-fetch mounts it): spec review asks only whether it "
+        "exists (MissingSecret), by name, in registry.secretNamespaces",
+        (REGISTRY_PULL_SECRET,),
+    ),
+    ApiCall(
+        "",
+        "secrets",
         ("get", "update", "patch"),
         RELEASE,
         "the webhook serving certificate the operator keeps when cert-manager is absent (chart creates it empty)",
@@ -194,16 +214,23 @@ def expected_permissions(
     watch_namespaces: list[str],
     peering: bool = True,
     registry_secret: str | None = None,
+    registry_push_secret: str | None = None,
+    registry_pull_secret: str | None = None,
     secret_namespaces: list[str] | None = None,
     webhook_secret: str | None = None,
     webhook_configuration: str | None = None,
 ) -> set[Permission]:
-    """What the operator needs under these chart values (`webhook_*` set: webhook on without cert-manager)."""
+    """What the operator needs under these chart values (`webhook_*` set: webhook on without cert-manager;
+    `registry_push_secret`/`registry_pull_secret`: an oci:// registry's, registry.oci.pushSecret/pullSecret)."""
     active = {SOME_NAMESPACES if watch_namespaces else ALL_NAMESPACES}
     if peering:
         active.add(PEERING)
-    if registry_secret:
-        active.add(REGISTRY_SECRET)
+    secret_of = {
+        REGISTRY_SECRET: registry_secret,
+        REGISTRY_PUSH_SECRET: registry_push_secret,
+        REGISTRY_PULL_SECRET: registry_pull_secret,
+    }
+    active |= {condition for condition, secret in secret_of.items() if secret}
     if webhook_secret:
         active.add(WEBHOOK_SELF_SIGNED)
     granted: set[Permission] = set()
@@ -215,7 +242,8 @@ def expected_permissions(
         elif call.where == CLUSTER:
             places = [(None, webhook_configuration if WEBHOOK_SELF_SIGNED in call.when else None)]
         elif call.where == SECRET_NAMESPACES:
-            places = [(ns, registry_secret) for ns in (secret_namespaces or [release_namespace])]
+            (secret,) = [secret_of[condition] for condition in call.when if condition in secret_of]
+            places = [(ns, secret) for ns in (secret_namespaces or [release_namespace])]
         else:
             places = [(release_namespace, webhook_secret)]
         granted |= {Permission(ns, call.group, call.resource, verb, name) for ns, name in places for verb in call.verbs}

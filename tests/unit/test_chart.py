@@ -249,8 +249,23 @@ RBAC_CASES = {
         },
     ),
     "webhook-cert-manager": ({"webhook": {"enabled": True}}, (CERT_MANAGER,), {}),
-    # The push and pull Secrets are mounted by the kubelet, never read by the operator: no grant.
-    "oci": (OCI, (), {}),
+    # The kubelet mounts the push and pull Secrets; the operator only asks whether they exist (get, by name).
+    "oci": (OCI, (), {"registry_push_secret": "engines-push", "registry_pull_secret": "engines-pull"}),
+    "oci-secret-namespaces": (
+        {**OCI, "registry": {**OCI["registry"], "secretNamespaces": ["team-a", "team-b"]}},
+        (),
+        {
+            "registry_push_secret": "engines-push",
+            "registry_pull_secret": "engines-pull",
+            "secret_namespaces": ["team-a", "team-b"],
+        },
+    ),
+    "oci-pull-secret-only": (
+        {"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/acme/engines", "pullSecret": "engines-pull"}}},
+        (),
+        {"registry_pull_secret": "engines-pull"},
+    ),
+    "oci-without-secrets": ({"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/acme/engines"}}}, (), {}),
 }
 
 
@@ -276,6 +291,21 @@ def test_rbac_has_no_wildcards_and_secrets_only_by_name(helm, case):
             if "secrets" in rule["resources"]:
                 assert rule["resources"] == ["secrets"] and rule.get("resourceNames"), rule
                 assert "list" not in rule["verbs"] and "watch" not in rule["verbs"], rule
+
+
+def test_rbac_table_grants_the_oci_secrets_get_by_name_only_in_the_secret_namespaces():
+    base = rbac.expected_permissions(release_namespace=NAMESPACE, watch_namespaces=[])
+    oci = rbac.expected_permissions(
+        release_namespace=NAMESPACE,
+        watch_namespaces=[],
+        registry_push_secret="engines-push",
+        registry_pull_secret="engines-pull",
+        secret_namespaces=["team-a"],
+    )
+    assert oci - base == {
+        rbac.Permission("team-a", "", "secrets", "get", "engines-push"),
+        rbac.Permission("team-a", "", "secrets", "get", "engines-pull"),
+    }
 
 
 def test_rbac_table_verbs_are_real_verbs():
@@ -359,6 +389,38 @@ def test_oci_registry_without_secrets_or_insecure_sets_only_the_uri(helm):
     oci_settings = {"TENSORKILN_REGISTRY_PUSH_SECRET", "TENSORKILN_REGISTRY_PULL_SECRET", "TENSORKILN_OCI_INSECURE"}
     assert not (oci_settings | {"DOCKER_CONFIG"}) & set(variables)
     assert not any(m["name"] == "registry-auth" for m in container["volumeMounts"])
+
+
+def _registry_secret_roles(docs) -> dict[str, list[dict]]:
+    """The rules of the registry Secret Roles, by namespace (each bound to the operator by name)."""
+    name = f"{FULLNAME}-registry-secret"
+    roles = {r["metadata"]["namespace"]: r["rules"] for r in of_kind(docs, "Role") if r["metadata"]["name"] == name}
+    bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b["roleRef"] for b in of_kind(docs, "RoleBinding")}
+    for namespace in roles:
+        assert bindings[namespace, name] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    return roles
+
+
+def test_oci_push_and_pull_secrets_are_got_by_name_in_the_secret_namespaces(helm):
+    """The review's MissingSecret check for an oci:// registry needs `get` on both Secrets, by name only,
+    where models live (registry.secretNamespaces; empty: the release namespace)."""
+    both = [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["engines-push", "engines-pull"],
+            "verbs": ["get"],
+        }
+    ]
+    assert _registry_secret_roles(render(OCI)) == {NAMESPACE: both}
+    namespaces = {**OCI, "registry": {**OCI["registry"], "secretNamespaces": ["team-a", "team-b"]}}
+    assert _registry_secret_roles(render(namespaces)) == {"team-a": both, "team-b": both}
+    # One name set, or both the same: that name once.
+    for oci in ({"pullSecret": "engines-pull"}, {"pushSecret": "engines-pull", "pullSecret": "engines-pull"}):
+        values = {"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/acme/engines", **oci}}}
+        assert _registry_secret_roles(render(values)) == {NAMESPACE: [{**both[0], "resourceNames": ["engines-pull"]}]}
+    # Neither set: anonymous pushes and reads, nothing to check, no Role.
+    assert _registry_secret_roles(render({"registry": {"kind": "oci", "oci": {"repository": "ghcr.io/a/b"}}})) == {}
 
 
 def test_oci_values_are_ignored_under_other_registry_kinds(helm):

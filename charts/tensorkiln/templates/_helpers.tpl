@@ -67,14 +67,20 @@ or oci://host[:port]/repository. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The registry credentials Secret, or nothing. */}}
-{{- define "tensorkiln.registrySecret" -}}
-{{- if eq .Values.registry.kind "s3" -}}
-{{- .Values.registry.s3.existingSecret -}}
+{{/* The registry's credentials Secrets, as a JSON list (empty: none): S3's existingSecret, or an
+oci registry's push and pull Secrets (those set, each name once). */}}
+{{- define "tensorkiln.registrySecrets" -}}
+{{- $r := .Values.registry -}}
+{{- if eq $r.kind "s3" -}}
+{{- toJson (compact (list $r.s3.existingSecret)) -}}
+{{- else if eq $r.kind "oci" -}}
+{{- toJson (compact (list $r.oci.pushSecret $r.oci.pullSecret) | uniq) -}}
+{{- else -}}
+{{- toJson (list) -}}
 {{- end -}}
 {{- end -}}
 
-{{/* Namespaces where the operator may get the registry Secret, as a JSON list. */}}
+{{/* Namespaces where the operator may get the registry Secrets, as a JSON list. */}}
 {{- define "tensorkiln.secretNamespaces" -}}
 {{- if .Values.registry.secretNamespaces -}}
 {{- toJson .Values.registry.secretNamespaces -}}
