@@ -9,6 +9,7 @@ shapes and types come from Triton's metadata for the model (request).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -19,9 +20,17 @@ from tritonclient.utils import InferenceServerException
 from . import request, triton
 
 
+def load_kube_config() -> None:
+    """$KUBECONFIG as it is now, else ~/.kube/config, else the pod's ServiceAccount. The client library
+    reads $KUBECONFIG once, when it is imported: a caller that sets it later (a test session, a script)
+    would otherwise get ~/.kube/config, or no configuration at all where that file does not exist."""
+    path = os.environ.get("KUBECONFIG")
+    kube_config.load_config(**({"config_file": path} if path else {}))
+
+
 def address_of(model: str, namespace: str) -> str:
     """The model's Service, once it has a ready endpoint."""
-    kube_config.load_config()  # $KUBECONFIG / ~/.kube/config, else the pod's ServiceAccount
+    load_kube_config()
     api = kube_client.ApiClient()
     try:
         address = triton.service_address(api, namespace, model)

@@ -4,6 +4,7 @@ All writes go through server-side apply under one field manager, so ownership of
 field we set is recorded by the API server and a re-apply is idempotent.
 """
 
+import os
 from pathlib import Path
 
 from kubernetes import client, config
@@ -36,8 +37,8 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     try:
         load_incluster()
         return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+    except config.ConfigException:  # $KUBECONFIG read now: the library reads it once, when imported
+        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 def apply(dynamic: DynamicClient, obj: dict, *, subresource: str | None = None, field_manager: str = FIELD_MANAGER):

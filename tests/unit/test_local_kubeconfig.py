@@ -108,3 +108,32 @@ def test_the_local_cli_its_tests_and_benchmarks_reach_a_cluster_through_its_own_
     one way in (it names the cluster's kubeconfig)."""
     found = [call for tree in LOCAL_TREES for call in api_client_calls(REPO / tree)]
     assert found == ["localcluster/tensorkiln_local/cluster/connection.py:15: kube.api_client"]
+
+
+@pytest.fixture
+def late_kubeconfig(tmp_path, monkeypatch):
+    """$KUBECONFIG set after the kubernetes library was imported (it reads it once, then), naming a server,
+    and no ~/.kube/config: as in a test session that sets it for the cluster it names."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    path = kubeconfig(tmp_path / "late.yaml", "https://127.0.0.1:6443")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    return "https://127.0.0.1:6443"
+
+
+def test_tensorkiln_infer_reads_kubeconfig_as_it_is_when_called(late_kubeconfig):
+    """CI's test_serving_local: `tensorkiln infer` fell back to in-cluster configuration ('Service host/port is
+    not set') once no ~/.kube/config stood in for the $KUBECONFIG the session had set."""
+    from kubernetes import client
+    from tensorkiln_client import infer
+
+    infer.load_kube_config()
+    assert client.Configuration.get_default_copy().host == late_kubeconfig
+
+
+def test_the_operators_client_reads_kubeconfig_as_it_is_when_called(late_kubeconfig):
+    from tensorkiln import kube
+
+    with kube.api_client() as api:
+        assert api.configuration.host == late_kubeconfig
