@@ -35,9 +35,10 @@ TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 class DistributionRegistry(LocalServer):
-    """`docker-registry serve` on 127.0.0.1:<free port>, optionally behind htpasswd auth."""
+    """`docker-registry serve` on `address`:<free port> (loopback unless a test needs pods to reach it: the real
+    node's gateway, tensorkiln_local.cluster.network.node_gateway), optionally behind htpasswd auth."""
 
-    def __init__(self, root: Path, htpasswd: Path | None = None):
+    def __init__(self, root: Path, htpasswd: Path | None = None, address: str = "127.0.0.1"):
         if not Path(DOCKER_REGISTRY).is_file():
             pytest.skip(f"{DOCKER_REGISTRY} is absent (Debian's docker-registry package: the distribution registry)")
         root.mkdir(parents=True, exist_ok=True)
@@ -47,15 +48,15 @@ class DistributionRegistry(LocalServer):
                 "version": 0.1,
                 "log": {"level": "warn", "accesslog": {"disabled": True}},
                 "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
-                "http": {"addr": f"127.0.0.1:{port}"},
+                "http": {"addr": f"{address}:{port}"},
             }
             if htpasswd is not None:
                 config["auth"] = {"htpasswd": {"realm": "tensorkiln-test", "path": str(htpasswd)}}
             (root / "config.yml").write_text(yaml.safe_dump(config))
             return [DOCKER_REGISTRY, "serve", str(root / "config.yml")]
 
-        super().__init__("docker-registry", command, root / "registry.log")
-        self.host = f"127.0.0.1:{self.port}"
+        super().__init__("docker-registry", command, root / "registry.log", address)
+        self.host = f"{address}:{self.port}"
 
 
 @pytest.fixture(scope="module")
