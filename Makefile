@@ -35,7 +35,7 @@ prepare-builds:
 DEMO_INPUT := $${TENSORKILN_LOCAL_DATA:-/var/lib/tensorkiln}/models/rapidocr/cls-demo-line.npy
 POD_IMAGES := custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,IMAGES:.status.containerStatuses[*].imageID
 demo: prepare
-	$(TKL) cluster up
+	$(TKL) cluster up --stop-others
 	$(TKL) install
 	eval "$$($(TKL) cluster env)" && kubectl apply --server-side -f manifests/samples/
 	$(TKL) wait --timeout 300
@@ -85,10 +85,11 @@ unit: venv
 # The integration tests run on a local cluster of their own, `tensorkiln-test` (its own kwok, state and data
 # directories): never on the demo's, whose state they neither touch nor inherit. It is stopped at the end,
 # its state kept, so the next run resumes it. One local cluster runs at a time (they share local-0's
-# network): while the demo's runs, `cluster up` refuses and says how to stop it.
+# network): a demo's cluster that runs is stopped first (its state kept: `make demo` resumes it), and `make
+# demo` likewise stops the tests' cluster if it still runs.
 TEST_CLUSTER := TENSORKILN_CLUSTER=tensorkiln-test TENSORKILN_LOCAL_DATA=/var/lib/tensorkiln-test
 integration: prepare
-	export $(TEST_CLUSTER); $(TKL) cluster up || exit; trap '$(TKL) cluster stop' EXIT; \
+	export $(TEST_CLUSTER); $(TKL) cluster up --stop-others || exit; trap '$(TKL) cluster stop' EXIT; \
 		$(TKL) install && $(PY) -m pytest tests/integration -q --durations=25
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry

@@ -13,7 +13,7 @@ def _cluster(args) -> int:
     from tensorkiln_local.cluster import cluster
 
     if args.action == "up":
-        cluster.up(Path(args.pools))
+        cluster.up(Path(args.pools), stop_others=args.stop_others)
     elif args.action == "stop":
         cluster.stop()
     elif args.action == "down":
@@ -128,6 +128,9 @@ def parser() -> argparse.ArgumentParser:
     cluster_actions = cluster.add_subparsers(dest="action", required=True)
     up = cluster_actions.add_parser("up", help="create or restart the cluster and converge pools and CRDs (idempotent)")
     up.add_argument("--pools", default=str(paths.DEFAULT_POOLS), help="node pool file (default: %(default)s)")
+    up.add_argument(
+        "--stop-others", action="store_true", help="stop another local cluster that runs (its state kept), not refuse"
+    )
     cluster_actions.add_parser(
         "stop", help="stop every process of the cluster, keeping its state (as a machine shut down); `up` resumes it"
     )

@@ -133,3 +133,26 @@ def test_down_leaves_the_shared_network_to_another_cluster_that_runs(monkeypatch
         "stop registry.pid",
         "kwokctl delete cluster",
     ]
+
+
+class Started(Exception):
+    """Raised where `up` would go on to start the cluster: what came before is what the test checks."""
+
+
+def test_up_with_stop_others_stops_the_local_cluster_that_runs_then_starts_its_own(monkeypatch):
+    """make demo, make test, make demo: each target stops the other's cluster (kept, to be resumed) where
+    `cluster up` alone refuses."""
+    running, stopped = ["tensorkiln"], []
+    monkeypatch.setattr(cluster, "other_running_cluster", lambda: running[0] if running else None)
+    monkeypatch.setattr(cluster, "stop_other", lambda name: (stopped.append(name), running.remove(name)))
+    monkeypatch.setattr(cluster.packages, "ensure", lambda *_: (_ for _ in ()).throw(Started()))
+    with pytest.raises(Started):
+        cluster.up(stop_others=True)
+    assert stopped == ["tensorkiln"]
+
+
+def test_up_alone_refuses_while_another_local_cluster_runs(monkeypatch):
+    monkeypatch.setattr(cluster, "other_running_cluster", lambda: "tensorkiln")
+    monkeypatch.setattr(cluster, "stop_other", lambda name: pytest.fail("stopped without --stop-others"))
+    with pytest.raises(SystemExit, match="TENSORKILN_CLUSTER=tensorkiln tensorkiln-local cluster stop"):
+        cluster.up()

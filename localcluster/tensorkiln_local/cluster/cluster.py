@@ -237,8 +237,22 @@ def start_node(core: client.CoreV1Api, name: str) -> None:
     nodes.start(core, name, sandbox_image=cluster_image("pause"), registry_host=registry.HOST, api_server=api_server())
 
 
-def up(pool_file: Path = paths.DEFAULT_POOLS) -> None:
-    """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent."""
+def stop_other(name: str) -> None:
+    """Stop the local cluster `name` as `cluster stop` does (its state kept: its `cluster up` resumes it), in a
+    process of its own: paths name this process's cluster."""
+    print(f"stopping the local cluster {name!r}, which runs on local-0's network too (its state is kept; "
+          f"`TENSORKILN_CLUSTER={name} tensorkiln-local cluster up` resumes it)", file=sys.stderr)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("TENSORKILN_LOCAL_DATA", "TENSORKILN_STATE")}
+    command = [sys.executable, "-m", "tensorkiln_local", "cluster", "stop"]
+    subprocess.run(command, env=env | {"TENSORKILN_CLUSTER": name}, check=True)
+
+
+def up(pool_file: Path = paths.DEFAULT_POOLS, stop_others: bool = False) -> None:
+    """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent.
+    Another local cluster that runs is stopped first with `stop_others` (make demo, make test: the README's
+    commands one after the other), else refused."""
+    while stop_others and (other := other_running_cluster()):
+        stop_other(other)
     if other := other_running_cluster():
         raise SystemExit(
             f"the local cluster {other!r} runs on this machine, and local clusters share local-0's network: "
