@@ -93,15 +93,19 @@ def test_token_file_renewal_is_read_again(token_dir, monkeypatch):
 # -- the chart's registry in CompileJobs ----------------------------------------------------------
 
 
+def crd_registry_uri_pattern() -> str:
+    """The CompileJob CRD's pattern for spec.registry.uri, as the API server enforces it."""
+    crd = yaml.safe_load((ROOT / "crds/compilejobs.tensorkiln.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["spec"]["properties"]["registry"]["properties"]["uri"]["pattern"]
+
+
 @pytest.mark.parametrize("uri", ["pvc://tensorkiln-registry/engines", "pvc://engines", "pvc://engines/"])
 def test_compile_jobs_accept_the_charts_pvc_registry(uri):
     """The chart's default TENSORKILN_REGISTRY_URI is pvc://<claim>/<path>: the operator puts it in
     every CompileJob, so the CRD's pattern (the same regex) must admit it."""
     RegistryDestination.model_validate({"uri": uri})
-    crd = yaml.safe_load((ROOT / "crds/compilejobs.tensorkiln.dev.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    pattern = schema["properties"]["spec"]["properties"]["registry"]["properties"]["uri"]["pattern"]
-    assert re.match(pattern, uri)
+    assert re.match(crd_registry_uri_pattern(), uri)
 
 
 @pytest.mark.parametrize(
@@ -117,10 +121,7 @@ def test_compile_jobs_accept_the_charts_pvc_registry(uri):
 def test_compile_jobs_accept_oci_registries(uri):
     """oci://host[:port]/repository (tensorkiln_api.registry.oci): the CRD's pattern and the model agree."""
     RegistryDestination.model_validate({"uri": uri})
-    crd = yaml.safe_load((ROOT / "crds/compilejobs.tensorkiln.dev.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    pattern = schema["properties"]["spec"]["properties"]["registry"]["properties"]["uri"]["pattern"]
-    assert re.match(pattern, uri)
+    assert re.match(crd_registry_uri_pattern(), uri)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import unquote, urlsplit
 
-from tensorkiln.builders import batcher_fields
+from tensorkiln.builders import batcher_fields, storage
 from tensorkiln.hardware.classes import GPU_PRODUCT, HardwareClass, discover, node_labels
 from tensorkiln.hardware.selection import select_targets
 from tensorkiln.scaling.placement import places_least_cost
@@ -167,13 +167,10 @@ def _check_oci_secrets(
 ) -> list[Finding]:
     """An oci:// registry's push and pull Secrets (one finding per missing Secret, naming every setting that
     names it). Only pods of an oci:// registry mount them (builders.storage.registry_credentials)."""
-    if not registry_uri or urlsplit(registry_uri).scheme != "oci":
+    if not storage.is_oci(registry_uri):
         return []
     settings_of: dict[str, list[str]] = {}
-    for setting, secret in (
-        ("TENSORKILN_REGISTRY_PUSH_SECRET", push_secret),
-        ("TENSORKILN_REGISTRY_PULL_SECRET", pull_secret),
-    ):
+    for setting, secret in zip(OCI_SECRET_SETTINGS, (push_secret, pull_secret), strict=True):
         if secret:
             settings_of.setdefault(secret, []).append(setting)
     findings = []
