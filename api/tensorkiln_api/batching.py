@@ -30,7 +30,9 @@ batch full and put 8 clients at 400/s where real Triton served 177-185/s (a SIMU
 tests/integration/test_batcher_model_vs_triton.py). The turnaround's spread decides whether groups
 stay whole: with 2 instances and a preferred size of 4, 8 clients kept groups of 4 in one real run
 (mean batch 3.74) and broke them in others (2.7), as the model does below a 0.25 ms mean turnaround
-and above 0.5 ms; `compare` takes the turnaround for that reason. Service times: lognormal around the
+and above 0.5 ms; `compare` takes the turnaround for that reason. Both are steady states, in Triton as
+in the model: one instance and 8 clients ran in batches of 4 in most real runs and in one merged into
+8 partway through a 4 s window (mean 6.29). Service times: lognormal around the
 measured median, with the measured p95, so a setting's p95 carries the engine's own jitter.
 
 The choice (`choose`), over a small grid (batcher off, or on with a queue delay and one preferred size
