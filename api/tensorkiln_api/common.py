@@ -46,18 +46,27 @@ URI_CHAR = r"[^\x00-\x20\x7f-\x9f]"
 OCI_HOST = r"([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
 OCI_REPOSITORY = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
 OCI_TAG_OR_DIGEST = r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})"
+# A Cloud Storage bucket (3-63 characters, up to 222 in dotted names) and a Hugging Face repository id
+# (owner/name) with its revision (a commit, a tag or a branch without '/').
+GCS_BUCKET = r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"
+HF_REPO_ID = r"[A-Za-z0-9][-A-Za-z0-9_.]{0,95}/[A-Za-z0-9][-A-Za-z0-9_.]{0,95}"
+HF_REVISION = r"[A-Za-z0-9][-A-Za-z0-9_.]{0,127}"
 MODEL_URI_PATTERN = (
     rf"^(file:///{URI_CHAR}+"
     rf"|s3://[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9]/{URI_CHAR}+"
     rf"|https?://[A-Za-z0-9.-]+(:[0-9]+)?/{URI_CHAR}*"
     rf"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/{URI_CHAR}+"
-    rf"|oci://{OCI_HOST}/{OCI_REPOSITORY}{OCI_TAG_OR_DIGEST})$"
+    rf"|oci://{OCI_HOST}/{OCI_REPOSITORY}{OCI_TAG_OR_DIGEST}"
+    rf"|gs://{GCS_BUCKET}/{URI_CHAR}+"
+    rf"|hf://{HF_REPO_ID}@{HF_REVISION}/{URI_CHAR}+)$"
 )
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 # A `..` path segment, plain or percent-encoded (the fetcher decodes the path): a host-path escape
 # for file://, a climb out of the claim for pvc://. RE2 (CEL) and Python's re read it alike.
 DOT_DOT_SEGMENT = r"(?i)(/|%2f)(\.|%2e)(\.|%2e)(/|%2f|$)"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# An object name of most kinds (Secret, ServiceAccount): a DNS-1123 subdomain.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A quantity of a resource: Kubernetes' quantity syntax, less the minus sign (a container's requests
 # and limits must not be negative) and with a whole exponent (resource.ParseQuantity's own).
 QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
@@ -333,6 +342,44 @@ def _no_dot_dot(field: str) -> Rule:
     )
 
 
+class SourceCredentials(SpecModel):
+    """How the compile pod authenticates to the model source (and to the calibration dataset's): a Secret
+    of the model's namespace or a ServiceAccount whose cloud identity the source trusts. Never the engine
+    registry's credentials, which a source is not read with."""
+
+    cel_rules = (
+        Rule(
+            "secretName",
+            "has(self.secretName) != has(self.serviceAccountName)",
+            "or serviceAccountName: set exactly one",
+            lambda c: (c.secret_name is None) != (c.service_account_name is None),
+        ),
+    )
+
+    secret_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description=(
+            "A Secret in the model's namespace, mounted read-only into the compile pod; its keys by scheme: "
+            "s3:// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN, AWS_REGION and "
+            "AWS_ENDPOINT_URL, an S3-compatible endpoint, optional); http(s):// and hf:// token (a bearer "
+            "token); gs:// service-account.json (a service account key) or token (an OAuth 2 access token); "
+            "oci:// .dockerconfigjson (a kubernetes.io/dockerconfigjson Secret)."
+        ),
+    )
+    service_account_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description=(
+            "A ServiceAccount of the model's namespace that the compile pod runs as, with its token mounted, "
+            "so that the cloud's workload identity gives s3:// and gs:// their credentials (EKS IRSA: the "
+            "web-identity token file; GKE Workload Identity: the metadata server)."
+        ),
+    )
+
+
 class ModelSource(SpecModel):
     """Where the model is fetched from, and how to verify it."""
 
@@ -348,7 +395,9 @@ class ModelSource(SpecModel):
             "verify what it served), pvc://claim-name/path (a file on a PersistentVolumeClaim in the same "
             "namespace), or oci://host[:port]/repository@sha256:<digest> (or :tag; pin the digest): an OCI "
             "artifact such as a ModelPack, whose one layer titled *.onnx is the model, or a modelcar image, "
-            "whose one models/**/*.onnx file is."
+            "whose one models/**/*.onnx file is; gs://bucket/object (Cloud Storage); or "
+            "hf://owner/repository@revision/path/file.onnx (a file of a Hugging Face Hub model repository at a "
+            "revision: pin a commit). spec.source.credentials gives the fetch its credentials."
         ),
     )
     format: ModelFormat = Field(ModelFormat.ONNX, description="Format of the model file.")
@@ -360,6 +409,10 @@ class ModelSource(SpecModel):
             "download with a different digest fails the compile; the digest is also part of "
             "the engine cache key. When unset, the digest is computed after download."
         ),
+    )
+    credentials: SourceCredentials | None = Field(
+        None,
+        description=("Credentials for the source. Unset: none (a public source; file:// and pvc:// need none)."),
     )
 
 

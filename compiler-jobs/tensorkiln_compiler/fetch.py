@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import sources
 from .errors import InvalidInput
+from .sources.credentials import NONE, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,11 @@ class Fetched:
     sha256: str
 
 
-def fetch(uri: str, dest_dir: Path, *, field: str, what: str) -> Fetched:
-    """`field` names the spec field in errors; `what` prefixes the reason (Model, CalibrationData)."""
+def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials = NONE) -> Fetched:
+    """`field` names the spec field in errors; `what` prefixes the reason (Model, CalibrationData);
+    `credentials`: spec.source.credentials, for the source alone."""
     fetch_source = sources.source(uri, field=field, what=what)
-    path = fetch_source(uri, dest_dir, field=field, what=what)
+    path = fetch_source(uri, dest_dir, field=field, what=what, credentials=credentials)
     fetched = Fetched(uri, path, sha256_path(path))
     log.info("fetched %s: %s (sha256 %s)", field, path, fetched.sha256)
     return fetched

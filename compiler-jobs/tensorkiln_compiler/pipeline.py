@@ -44,6 +44,7 @@ from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
 from .publish import Opener, Registry, default_opener, stage
 from .selection import best_per_compiler, select
+from .sources.credentials import Credentials
 from .text import padding
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,13 @@ def run(
     if spec.serving_target:
         require_target_runtimes(spec, runtime_versions())
     work_dir.mkdir(parents=True, exist_ok=True)
-    source = fetch(spec.source.uri, work_dir / "model", field="spec.source.uri", what="Model")
+    source = fetch(
+        spec.source.uri,
+        work_dir / "model",
+        field="spec.source.uri",
+        what="Model",
+        credentials=Credentials.of(spec.source.credentials),
+    )
     verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
     key = CacheKey(
         model_digest=source.sha256,
@@ -187,7 +194,11 @@ def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
             log.info("text encoder: synthetic inputs shaped like tokenised text: %s", dataset.text)
         return dataset
     fetched = fetch(
-        spec.calibration.dataset_uri, work_dir / "data", field="spec.calibration.datasetUri", what="CalibrationData"
+        spec.calibration.dataset_uri,
+        work_dir / "data",
+        field="spec.calibration.datasetUri",
+        what="CalibrationData",
+        credentials=Credentials.of(spec.source.credentials),
     )
     return load_dataset(fetched, model.inputs, spec.calibration.samples, model.batched)
 

@@ -1,14 +1,16 @@
 """No secret value in logs, Events, status, workload specs, ConfigMaps or /metrics.
 
 Two unique random S3 secret keys are planted: the right one (versitygw's root key, in the
-operator's environment and in the registry credentials Secret of the namespace `good`) and a
-wrong one (the Secret of the namespace `wrong`, and the environment of a second operator that
-watches only the namespace `refused`). Each namespace holds one InferenceModel whose source is
+operator's environment and in the registry credentials Secret and the model's source credentials
+Secret (spec.source.credentials) of the namespace `good`) and a wrong one (both Secrets of the
+namespace `wrong`, and the environment of a second operator that watches only the namespace
+`refused`). Each namespace holds one InferenceModel whose source is
 an object in the same S3 server, so every path that uses the credentials runs for real:
 
 - good: the operator looks the engine up in the S3 registry; the compile pod on local-0 fetches
-  the model from S3 and publishes the engine; the Triton pod's engine-fetch pulls it; Ready.
-- wrong: the compile pod's fetch is refused by S3 (AccessDenied); the CompileJob fails.
+  the model from S3 with the source's Secret and publishes the engine with the registry's; the Triton pod's engine-fetch pulls it; Ready.
+- wrong: the compile pod's fetch is refused by S3 (AccessDenied); the CompileJob fails, naming
+  spec.source.credentials and the source.
 - refused: the operator's own registry lookup is refused (SignatureDoesNotMatch); kopf logs the
   exception with its traceback and retries.
 
@@ -41,6 +43,7 @@ from .test_registry_s3 import VersityGateway
 pytestmark = [pytest.mark.cluster, pytest.mark.s3]
 
 REGISTRY_SECRET = "registry-credentials"
+SOURCE_SECRET = "model-credentials"
 ENGINES, MODELS = "engines", "models"
 SAMPLE = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests/samples/ocr-cls-cpu.yaml").read_text())
 MODEL_FILE = CLS.path
@@ -80,7 +83,7 @@ class Scenario:
 def model_body(namespace: str, name: str, key: str, retries: int) -> dict:
     """The sample's real model, read from S3; FP32 only and one replica: the cheapest full path."""
     spec = json.loads(json.dumps(SAMPLE["spec"]))
-    spec["source"]["uri"] = f"s3://{MODELS}/{key}"
+    spec["source"] = {**spec["source"], "uri": f"s3://{MODELS}/{key}", "credentials": {"secretName": SOURCE_SECRET}}
     spec["compile"] = {**spec["compile"], "precisions": ["FP32"], "retries": retries}
     del spec["compile"]["calibration"]
     spec["slo"] |= {"minReplicas": 1, "maxReplicas": 1}
@@ -232,6 +235,12 @@ def scenario(api, operator, tmp_path_factory):
             }
             secret = {"metadata": {"name": REGISTRY_SECRET}, "stringData": credentials}
             core.create_namespaced_secret(namespace, secret)
+            source_keys = {
+                "AWS_ACCESS_KEY_ID": access_key,
+                "AWS_SECRET_ACCESS_KEY": keys[role],
+                "AWS_ENDPOINT_URL": server.endpoint,
+            }
+            core.create_namespaced_secret(namespace, {"metadata": {"name": SOURCE_SECRET}, "stringData": source_keys})
 
         main = start_operator("main", [namespaces["good"], namespaces["wrong"]], planted["right"])
         refused = start_operator("refused", [namespaces["refused"]], planted["wrong"])
@@ -315,6 +324,10 @@ def test_every_path_used_the_planted_credentials(scenario):
     assert fetch, "the Triton pod's engine-fetch, which reads the Secret, must have run"
 
     assert any(code in wrong_cj["status"]["message"] for code in REFUSALS), wrong_cj["status"]
+    assert wrong_cj["status"]["reason"] == "ModelAccessDenied", wrong_cj["status"]
+    source = f"spec.source.uri: s3://{MODELS}/wrong/cls.onnx"
+    assert source in wrong_cj["status"]["message"], wrong_cj["status"]
+    assert f"spec.source.credentials.secretName '{SOURCE_SECRET}'" in wrong_cj["status"]["message"]
     refused_log = scenario.places["operator logs"]["the refused operator's output"]
     assert any(code in refused_log for code in REFUSALS)
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from tensorkiln_api import InferenceModelSpec, field_errors
 from tensorkiln_api.common import (
     DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     LABEL_VALUE_PATTERN,
     MODEL_URI_PATTERN,
     QUALIFIED_NAME_PATTERN,
@@ -35,9 +36,17 @@ from .cel_admission import SPEC_SCHEMA, Path, dotted, fields_read, refusals
 MINIMAL = {"source": {"uri": "https://models.example.com/resnet50/model.onnx"}}
 MAP_KEY = "cpu"  # a label key and a resource name alike: a key every map of the spec takes
 PATTERN_VALUES = {
-    MODEL_URI_PATTERN: ["file:///models/m.onnx", "s3://models/m.onnx", "https://models.example.com/", "pvc://claim/m"],
+    MODEL_URI_PATTERN: [
+        "file:///models/m.onnx",
+        "s3://models/m.onnx",
+        "https://models.example.com/",
+        "pvc://claim/m",
+        "gs://models/m.onnx",
+        "hf://owner/model@0123abc/m.onnx",
+    ],
     SHA256_PATTERN: ["0" * 64, "f" * 64],
     DNS_LABEL_PATTERN: ["a", "a-0"],
+    DNS_SUBDOMAIN_PATTERN: ["a", "a-0.b"],
     PRODUCT_GLOB_PATTERN: ["NVIDIA-H100*", "*"],
     QUALIFIED_NAME_PATTERN: ["k", "example.com/k"],
     LABEL_VALUE_PATTERN: ["", "v"],

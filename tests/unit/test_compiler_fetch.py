@@ -20,6 +20,8 @@ EXAMPLES = {
     "https": ("https://models.local/m.onnx", "http"),
     "s3": ("s3://models/m.onnx", "s3"),
     "oci": ("oci://registry.local:5000/models/resnet@sha256:" + "0" * 64, "oci"),
+    "gs": ("gs://models/m.onnx", "gs"),
+    "hf": ("hf://owner/model@0123abc/onnx/m.onnx", "hf"),
 }
 
 
@@ -129,7 +131,7 @@ def test_each_scheme_dispatches_to_its_module(scheme):
 
 
 @pytest.mark.parametrize(
-    "uri, scheme", [("gs://models/m.onnx", "gs"), ("ftp://models.local/m.onnx", "ftp"), ("/models/m.onnx", "")]
+    "uri, scheme", [("az://models/m.onnx", "az"), ("ftp://models.local/m.onnx", "ftp"), ("/models/m.onnx", "")]
 )
 @pytest.mark.parametrize(
     "field, what", [("spec.source.uri", "Model"), ("spec.calibration.datasetUri", "CalibrationData")]
@@ -140,5 +142,8 @@ def test_unknown_scheme_is_refused_by_name(tmp_path, uri, scheme, field, what):
         fetch(uri, tmp_path / "dl", field=field, what=what)
     assert error.value.reason == f"{what}UnsupportedScheme"
     assert error.value.exit_code == EXIT_INVALID_INPUT
-    assert error.value.message == f"{field}: scheme {scheme!r} is not supported here (file, pvc, http, https, s3, oci)"
+    assert (
+        error.value.message
+        == f"{field}: scheme {scheme!r} is not supported here (file, pvc, http, https, s3, oci, gs, hf)"
+    )
     assert not (tmp_path / "dl").exists()

@@ -85,7 +85,7 @@ def test_extras_installed_exist_in_their_distributions():
     assert {"s3", "oci"} <= set(project("operator")["optional-dependencies"])
     # The compiler's VARIANT picks them: cpu, then gpu.
     variants = [set(found.split(",")) for found in re.findall(r"extras=([\w,-]+)", installed("compiler"))]
-    assert variants == [{"s3", "oci"}, {"gpu", "s3", "oci"}]
+    assert variants == [{"s3", "oci", "gcs", "hf"}, {"gpu", "s3", "oci", "gcs", "hf"}]
     assert set().union(*variants) <= set(project("compiler-jobs")["optional-dependencies"])
 
 

@@ -448,3 +448,13 @@ def test_a_token_scoped_for_pulls_is_renewed_when_a_push_is_challenged():
     )
     assert retry and headers["Authorization"] == "Bearer token-2"
     assert issued == ["repository:engines:pull", "repository:engines:pull,push"]
+
+
+def test_the_listing_names_each_tag_with_its_artifacts_annotations(registry, engine):
+    assert registry.listing() == {}  # the repository does not exist yet
+    digest = registry.publish(engine.manifest, engine.files_dir)
+    listing = registry.listing()
+    assert sorted(listing) == sorted([oci.engine_tag(digest), oci.cache_tag(engine.manifest.key)])
+    expected = oci.annotations(engine.manifest, digest)
+    assert all(notes == expected for notes in listing.values())
+    assert expected[oci.ENGINE_DIGEST] == digest

@@ -211,6 +211,23 @@ class OciRegistry(Registry):
         with self._errors(what):
             self._check(self.client.upload_manifest(artifact, self._container(tag)), what)
 
+    # --- what it holds
+
+    def listing(self) -> dict[str, dict[str, str]]:
+        """Each tag of the repository (the registry's tag listing) and the annotations of the artifact it
+        names, as `oras discover`/`crane` would show them: what an administrator reads."""
+        what = "tag listing"
+        with self._errors(what):
+            url = f"{self.client.prefix}://{self._container('latest').tags_url()}"
+            response = self.client.do_request(url, "GET")
+            tags = (response.json().get("tags") or []) if self._check(response, what, missing_ok=True) else []
+        found = {}
+        for tag in sorted(tags):
+            stored = self._get_manifest(tag)
+            artifact = _json_object(stored) if stored is not None else None
+            found[tag] = dict((artifact or {}).get("annotations") or {})
+        return found
+
     # --- read: base.py's lookup, manifest and fetch, with the bytes from here
 
     def _index_entry(self, key: CacheKey) -> bytes | None:
@@ -300,17 +317,22 @@ UNREACHABLE = (
 )
 
 
-def client_for(hostname: str, port: int | None, env: Mapping[str, str] = os.environ) -> tuple[str, "_Client", str]:
+def client_for(
+    hostname: str, port: int | None, env: Mapping[str, str] = os.environ, *, auth_file: Path | None | str = "env"
+) -> tuple[str, "_Client", str]:
     """A client for the registry at hostname[:port], set up as OciRegistry's own (HTTPS, plain HTTP only
     for loopback or TENSORKILN_OCI_INSECURE; short transport retries and timeouts; the docker config's
     credentials for it): (host as a reference writes it, the client, where its credentials come from in
-    words that hold no secret). Also what the compiler's oci:// model source pulls with."""
+    words that hold no secret). Also what the compiler's oci:// model source pulls with, with its own
+    `auth_file` (None: anonymous) instead of the environment's docker config ("env")."""
     bracketed = f"[{hostname}]" if ":" in hostname else hostname
     host = f"{bracketed}:{port}" if port is not None else bracketed
     insecure = hostname in LOOPBACK_HOSTS or env.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
     client = _Client(host, insecure=insecure, tls_verify=env.get("SSL_CERT_FILE") or True)
     # Credentials are looked up by the container's registry (its host) alone.
-    credentials = client.load_credentials(oras.container.Container("latest", registry=host), _auth_file(env))
+    if auth_file == "env":
+        auth_file = _auth_file(env)
+    credentials = client.load_credentials(oras.container.Container("latest", registry=host), auth_file)
     return host, client, credentials
 
 
@@ -403,9 +425,12 @@ class _Client(oras.provider.Registry):
         auth.session, auth.prefix, auth._tls_verify = self.session, self.prefix, tls_verify
         self.auth = auth
 
-    def load_credentials(self, container: oras.container.Container, auth_file: Path) -> str:
-        """Read the credentials for the registry from `auth_file` (a docker config) and say where
-        they come from, in words that hold no secret."""
+    def load_credentials(self, container: oras.container.Container, auth_file: Path | None) -> str:
+        """Read the credentials for the registry from `auth_file` (a docker config; None: anonymous) and
+        say where they come from, in words that hold no secret."""
+        if auth_file is None:
+            self.auth._auth_config = {"auths": {}, "credsStore": None, "credHelpers": {}}
+            return f"none (anonymous) for {container.registry}"
         try:
             config = json.loads(auth_file.read_text())
         except FileNotFoundError:

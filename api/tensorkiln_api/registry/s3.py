@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import certifi
 import urllib3
 from minio import Minio
+from minio.credentials.providers import Provider
 from minio.error import InvalidResponseError, S3Error, ServerError
 
 from tensorkiln_api.registry.base import CHUNK_SIZE, NoSuchObject, Registry, RegistryError, RegistryUnavailable
@@ -29,7 +30,11 @@ class S3Registry(Registry):
         self.client, self.endpoint, self.bucket, self.prefix = client, endpoint, bucket, prefix
 
     @classmethod
-    def from_env(cls, bucket: str, prefix: str, env: Mapping[str, str] = os.environ) -> "S3Registry":
+    def from_env(
+        cls, bucket: str, prefix: str, env: Mapping[str, str] = os.environ, provider: Provider | None = None
+    ) -> "S3Registry":
+        """A client for `bucket` at the endpoint and with the keys of `env`; `provider` (minio's credential
+        providers: a workload identity) instead of the keys where given."""
         endpoint = env.get("TENSORKILN_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or DEFAULT_ENDPOINT
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.path.strip("/"):
@@ -42,6 +47,7 @@ class S3Registry(Registry):
             access_key=env.get("AWS_ACCESS_KEY_ID"),
             secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
             session_token=env.get("AWS_SESSION_TOKEN"),
+            credentials=provider,
             secure=parts.scheme == "https",
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             http_client=_http_pool(env),

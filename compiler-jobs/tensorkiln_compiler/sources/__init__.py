@@ -1,10 +1,12 @@
 """Model and dataset sources: one module per URI scheme, each bringing what a URI names into the pod.
 
-A source module exposes `fetch(uri, dest_dir, *, field, what) -> Path`: the file (or directory) to
-hash, read in place (`in_place`) or downloaded under dest_dir (`download_path`). `field` names the spec
+A source module exposes `fetch(uri, dest_dir, *, field, what, credentials) -> Path`: the file (or
+directory) to hash, read in place (`in_place`) or downloaded under dest_dir (`download_path`), with
+`credentials` (credentials.py: spec.source.credentials) and nothing else. `field` names the spec
 field in its errors and `what` prefixes their reasons (Model, CalibrationData): `{what}Unreachable`
 (InvalidInput, exit 2) where the same URI would fail again, `{what}FetchFailed` (exit 1) where a
-retry may pass. A scheme with no module here is refused by name (`{what}UnsupportedScheme`, exit 2)
+retry may pass; credentials the source refuses are `{what}AccessDenied` (exit 2), naming the source
+and `credentials.described`. A scheme with no module here is refused by name (`{what}UnsupportedScheme`, exit 2)
 rather than guessed at.
 
 Adding a scheme: one module here with its `fetch`, one entry in SCHEMES, and the scheme in
@@ -20,15 +22,25 @@ from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from ..errors import InvalidInput
+from .credentials import Credentials
 
 # scheme -> module: imported on demand, as the candidates are, so a compile loads only the source it uses.
-SCHEMES = {"file": "file", "pvc": "pvc", "http": "http", "https": "http", "s3": "s3", "oci": "oci"}
+SCHEMES = {
+    "file": "file",
+    "pvc": "pvc",
+    "http": "http",
+    "https": "http",
+    "s3": "s3",
+    "oci": "oci",
+    "gs": "gs",
+    "hf": "hf",
+}
 
 
 class Source(Protocol):
     """What each source module's `fetch` is."""
 
-    def __call__(self, uri: str, dest_dir: Path, *, field: str, what: str) -> Path: ...
+    def __call__(self, uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path: ...
 
 
 def source(uri: str, *, field: str, what: str) -> Source:

@@ -6,7 +6,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from . import in_place
+from .credentials import Credentials
 
 
-def fetch(uri: str, dest_dir: Path, *, field: str, what: str) -> Path:
+def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path:
     return in_place(uri, Path(unquote(urlsplit(uri).path)), field=field, what=what)

@@ -1,6 +1,7 @@
 """oci://host[:port]/repository@sha256:<digest> (or :tag): a model in an OCI registry, pulled with the
-ORAS SDK through the engine registry's client (tensorkiln_api.registry.oci.client_for: the same docker
-config credentials, HTTPS, plain HTTP only for loopback or TENSORKILN_OCI_INSECURE=true).
+ORAS SDK through the engine registry's client code (tensorkiln_api.registry.oci.client_for: HTTPS, plain
+HTTP only for loopback or TENSORKILN_OCI_INSECURE=true) but never its credentials: the .dockerconfigjson
+of spec.source.credentials' Secret, else anonymous.
 
 Two kinds of artifact, told apart by their layers:
 
@@ -37,6 +38,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from ..errors import CompileError, InvalidInput
+from .credentials import Credentials
 
 REFERENCE = re.compile(
     r"oci://(?P<host>[^/@]+)/(?P<repository>[a-z0-9._/-]+)"
@@ -54,21 +56,22 @@ IMAGE_LAYER = re.compile(r"application/vnd\.(oci\.image\.layer\.v1\.tar|docker\.
 SUFFIXES = {"CalibrationData": ".npz"}  # what a fetch takes from the artifact; a model: .onnx
 MODELCAR_ROOT = "models/"
 CHUNK = 1 << 20
+DOCKER_CONFIG_KEY = ".dockerconfigjson"  # a kubernetes.io/dockerconfigjson Secret's key
 
 
-def fetch(uri: str, dest_dir: Path, *, field: str, what: str) -> Path:
-    return _Pull(uri, field, what).into(dest_dir)
+def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path:
+    return _Pull(uri, field, what, credentials).into(dest_dir)
 
 
 class _Pull:
-    def __init__(self, uri: str, field: str, what: str):
-        self.uri, self.field, self.what = uri, field, what
+    def __init__(self, uri: str, field: str, what: str, credentials: Credentials):
+        self.uri, self.field, self.what, self.source_credentials = uri, field, what, credentials
         self.suffix = SUFFIXES.get(what, ".onnx")
         netloc = uri.partition("://")[2].partition("/")[0]
         if "@" in netloc:  # not echoed: it carries credentials
             self._refuse(
-                f"{field}: an oci:// reference carries no credentials: put them in the compile pod's docker "
-                "config (DOCKER_CONFIG)"
+                f"{field}: an oci:// reference carries no credentials: name a docker-config Secret in "
+                "spec.source.credentials.secretName"
             )
         match = REFERENCE.fullmatch(uri)
         if not match:
@@ -91,7 +94,7 @@ class _Pull:
         if not hostname:
             self._refuse(f"{field}: {uri}: {match['host']!r} is no registry host[:port]")
         try:
-            self.host, self.client, self.credentials = oci.client_for(hostname, port)
+            self.host, self.client, _ = oci.client_for(hostname, port, auth_file=credentials.path(DOCKER_CONFIG_KEY))
         except oci.RegistryError as e:  # an unreadable docker config: its path and the kind of error only
             self._refuse(f"{field}: {uri}: {e}")
 
@@ -267,7 +270,7 @@ class _Pull:
             return
         message = f"{self.field}: {self.uri}: {what}: HTTP {status} {_error_detail(response)}"
         if status in (401, 403):
-            message += f" (credentials: {self.credentials})"
+            raise InvalidInput(f"{self.what}AccessDenied", f"{message} with {self.source_credentials.described}")
         if 400 <= status < 500 and status not in (408, 429):
             raise InvalidInput(f"{self.what}Unreachable", message)
         raise CompileError(f"{self.what}FetchFailed", message)
@@ -285,7 +288,10 @@ class _Pull:
         except (*UNREACHABLE, OSError) as e:
             raise CompileError(f"{self.what}FetchFailed", f"{self.field}: {self.uri}: {what}: {e}") from e
         except ValueError as e:  # oras: a challenge it cannot answer (no credentials)
-            self._refuse(f"{self.field}: {self.uri}: {what}: {e} (credentials: {self.credentials})")
+            raise InvalidInput(
+                f"{self.what}AccessDenied",
+                f"{self.field}: {self.uri}: {what}: {e} with {self.source_credentials.described}",
+            ) from e
 
     def _refuse(self, message: str) -> NoReturn:
         raise InvalidInput(f"{self.what}Unreachable", message)

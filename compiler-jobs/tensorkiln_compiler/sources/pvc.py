@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from . import in_place
+from .credentials import Credentials
 
 # pvc://claim/path is read from PVC_ROOT/claim/path, where the claim is mounted. The operator gives a compile
 # pod its model's claim as a file:// URI instead (builders.storage), so this serves URIs handed over as given.
@@ -14,7 +15,7 @@ PVC_ROOT_ENV = "TENSORKILN_PVC_ROOT"
 DEFAULT_PVC_ROOT = "/mnt/pvc"
 
 
-def fetch(uri: str, dest_dir: Path, *, field: str, what: str) -> Path:
+def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path:
     return in_place(uri, local_path(uri), field=field, what=what)
 
 

@@ -40,6 +40,8 @@ def options_hash(compile_spec: dict) -> str:
     keys = ("source", "modelDigest", "compilers", "precisions", "shapes", "calibration", "accuracy", "objective")
     hardware = compile_spec["hardware"]
     hashed = {k: compile_spec.get(k) for k in keys} | {"hardwareClass": hardware["className"], "kind": hardware["kind"]}
+    # How the source is read does not change the engine (a rotated Secret is no new compile).
+    hashed["source"] = {k: v for k, v in compile_spec["source"].items() if k != "credentials"}
     if "io" in compile_spec:  # only when declared, so that every existing key stays what it was
         hashed["io"] = compile_spec["io"]  # a cache hit must not skip the compiler's check of it
     if not compile_spec.get("batched", True):  # likewise only when unbatched: a batched engine's key stays

@@ -34,7 +34,10 @@ def job_name(compile_job: dict) -> str:
     """One Job per (CompileJob, options, what shapes the Job, retry after a cluster fault): a changed
     spec or a retry gets a new Job, never an edited one; 8 hex digits of a hash of them."""
     spec = compile_job["spec"]
-    shaping = json.dumps({field: spec.get(field) for field in JOB_SHAPING_FIELDS}, sort_keys=True)
+    shaping_fields = {field: spec.get(field) for field in JOB_SHAPING_FIELDS}
+    if spec["source"].get("credentials"):  # only when set, so that every existing name stays what it was
+        shaping_fields["sourceCredentials"] = spec["source"]["credentials"]
+    shaping = json.dumps(shaping_fields, sort_keys=True)
     retry = compile_job.get("status", {}).get("clusterRetries", 0)
     hashed = [spec["optionsHash"], shaping, *([f"retry {retry}"] if retry else [])]  # no retry: the first name
     digest = hashlib.sha256("\n".join(hashed).encode()).hexdigest()
@@ -51,6 +54,8 @@ def build_job(
     source = storage.model_source(spec["source"]["uri"])
     registry = storage.registry(spec["registry"]["uri"])
     credentials = storage.registry_credentials(spec["registry"]["uri"], push_secret, insecure=oci_insecure)
+    source_credentials = spec["source"].get("credentials") or {}
+    source_secret = storage.source_credentials(source_credentials)
     # The compiler reads both locations as the container sees them.
     pod_spec_json = {**spec, "source": {**spec["source"], "uri": source.uri}, "registry": {"uri": registry.uri}}
     meta = compile_job["metadata"]
@@ -73,6 +78,7 @@ def build_job(
             # The root filesystem is read-only; OpenVINO and NNCF write caches under $HOME.
             {"name": "HOME", "value": "/tmp"},
             *credentials.env,
+            *source_secret.env,
         ],
         "resources": hardware.get("resources", {}),
         "securityContext": RESTRICTED_CONTAINER,
@@ -84,6 +90,7 @@ def build_job(
             *source.mounts,
             *registry.mounts,
             *credentials.mounts,
+            *source_secret.mounts,
         ],
     }
     if registry_secret:
@@ -111,8 +118,13 @@ def build_job(
             *source.volumes,
             *registry.volumes,
             *credentials.volumes,
+            *source_secret.volumes,
         ],
     }
+    if source_credentials.get("serviceAccountName"):
+        # The cloud's workload identity (IRSA, GKE Workload Identity) works through the pod's token.
+        pod_spec["serviceAccountName"] = source_credentials["serviceAccountName"]
+        pod_spec["automountServiceAccountToken"] = True
     if "nodeAffinity" in hardware:
         pod_spec["affinity"] = {"nodeAffinity": hardware["nodeAffinity"]}
     return {

@@ -90,3 +90,22 @@ def registry_credentials(uri: str, secret: str | None, *, insecure: bool = False
     }
     mount = {"name": REGISTRY_AUTH_VOLUME, "mountPath": REGISTRY_AUTH_DIR, "readOnly": True}
     return Access(uri, [volume], [mount], [{"name": DOCKER_CONFIG_ENV, "value": REGISTRY_AUTH_DIR}, *env])
+
+
+# Where spec.source.credentials' Secret is mounted, and the variable that tells the compiler
+# (tensorkiln_compiler.sources.credentials.ENV).
+SOURCE_CREDENTIALS_VOLUME = "source-credentials"
+SOURCE_CREDENTIALS_DIR = "/var/run/tensorkiln/source-credentials"
+SOURCE_CREDENTIALS_ENV = "TENSORKILN_SOURCE_CREDENTIALS"
+
+
+def source_credentials(credentials: dict | None) -> Access:
+    """spec.source.credentials.secretName as the compile pod reads it: the whole Secret, read-only, one
+    file per key (the keys a scheme reads are listed in the API). A ServiceAccount is the pod's own
+    (job.build_job); nothing for none."""
+    secret = (credentials or {}).get("secretName")
+    if not secret:
+        return Access("")
+    volume = {"name": SOURCE_CREDENTIALS_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o440}}
+    mount = {"name": SOURCE_CREDENTIALS_VOLUME, "mountPath": SOURCE_CREDENTIALS_DIR, "readOnly": True}
+    return Access("", [volume], [mount], [{"name": SOURCE_CREDENTIALS_ENV, "value": SOURCE_CREDENTIALS_DIR}])
