@@ -11,7 +11,7 @@ DISTRIBUTIONS := api operator compiler-jobs serving client localcluster
 $(STAMP): pyproject.toml $(DISTRIBUTIONS:%=%/pyproject.toml) constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
-	$(PY) -m pip install -q -c constraints.txt -e . -e './api[s3,oci]' -e './operator[s3,oci]' -e ./compiler-jobs \
+	$(PY) -m pip install -q -c constraints.txt -e . -e './api[s3,oci]' -e './operator[s3,oci]' -e './compiler-jobs[gcs,hf]' \
 		-e ./serving -e ./client -e ./localcluster
 	touch $@
 
@@ -29,9 +29,10 @@ prepare-builds:
 
 ## demo: build/reuse the cluster binaries and images, start the cluster (real control plane, kwok GPU
 ## pools, the real node local-0: kubelet + containerd), helm-install TensorKiln's chart and images from the local
-## registry (oci://localhost:5000/charts/tensorkiln, all pinned by digest), apply the samples, wait until the real CPU model is compiled and
+## registry (oci://localhost:5000/charts/tensorkiln, all pinned by digest), its engine registry the cluster's OCI
+## registry, apply the samples, wait until the real CPU model is compiled and
 ## served, send it one request through its Service (a rendered text line that `cluster up` staged), show
-## the result. The GPU samples stay in phase Simulated: their pools are kwok's.
+## the result and the engine registry's tags. The GPU samples stay in phase Simulated: their pools are kwok's.
 DEMO_INPUT := $${TENSORKILN_LOCAL_DATA:-/var/lib/tensorkiln}/models/rapidocr/cls-demo-line.npy
 POD_IMAGES := custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,IMAGES:.status.containerStatuses[*].imageID
 demo: prepare
@@ -41,6 +42,7 @@ demo: prepare
 	$(TKL) wait --timeout 300
 	eval "$$($(TKL) cluster env)" && kubectl wait im/ocr-cls --for=jsonpath='{.status.phase}'=Ready --timeout=600s
 	eval "$$($(TKL) cluster env)" && $(VENV)/bin/tensorkiln infer ocr-cls --input "$(DEMO_INPUT)" --labels "upright,upside down"
+	$(TKL) engines
 	eval "$$($(TKL) cluster env)" && kubectl get im && kubectl get cjob -o wide && kubectl get pods -A -o wide --field-selector spec.nodeName=local-0
 	eval "$$($(TKL) cluster env)" && kubectl get pods -A -o '$(POD_IMAGES)' --field-selector spec.nodeName=local-0
 
@@ -90,7 +92,7 @@ unit: venv
 TEST_CLUSTER := TENSORKILN_CLUSTER=tensorkiln-test TENSORKILN_LOCAL_DATA=/var/lib/tensorkiln-test
 integration: prepare
 	export $(TEST_CLUSTER); $(TKL) cluster up --stop-others || exit; trap '$(TKL) cluster stop' EXIT; \
-		$(TKL) install && $(PY) -m pytest tests/integration -q --durations=25
+		$(TKL) install --engine-registry pvc && $(PY) -m pytest tests/integration -q --durations=25
 
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
 ## away, killed compile pods, admission fuzzing, against the installed operator; long (about 12

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tensorkiln_local.cluster import paths
 from tensorkiln_local.cluster.binaries import BINARIES
+from tensorkiln_local.cluster.engine_registry import KINDS as ENGINE_REGISTRIES
 
 
 def _cluster(args) -> int:
@@ -108,9 +109,25 @@ def _images(args) -> int:
 def _install(args) -> int:
     from tensorkiln_local import install
 
-    values = install.install(tuple(args.namespace or install.SAMPLE_NAMESPACES))
+    values = install.install(tuple(args.namespace or install.SAMPLE_NAMESPACES), engine_registry=args.engine_registry)
     image = values["image"]
     print(f"installed: helm release {install.RELEASE} in {install.NAMESPACE}, {image['repository']}@{image['digest']}")
+    print(f"engine registry: {install.registry_values(args.engine_registry)}")
+    return 0
+
+
+def _engines(args) -> int:
+    from tensorkiln_api.registry.oci import OciRegistry
+
+    from tensorkiln_local.cluster import engine_registry
+
+    registry = OciRegistry.from_uri(engine_registry.uri(), {"TENSORKILN_OCI_INSECURE": "true"})
+    listing = registry.listing()
+    print(f"{registry.uri}: {len(listing)} tags")
+    for tag, annotations in listing.items():
+        print(f"  {tag}")
+        for name, value in sorted(annotations.items()):
+            print(f"      {name}: {value}")
     return 0
 
 
@@ -198,13 +215,23 @@ def parser() -> argparse.ArgumentParser:
 
     install = commands.add_parser(
         "install",
-        help="helm-install TensorKiln on the local cluster from its images (pushed to the local registry), "
-        "with a registry claim in each --namespace",
+        help="helm-install TensorKiln on the local cluster from its images (pushed to the local registry)",
     )
     install.add_argument(
         "--namespace", action="append", default=None, help="where InferenceModels go (default: default)"
     )
+    install.add_argument(
+        "--engine-registry",
+        choices=ENGINE_REGISTRIES,
+        default=ENGINE_REGISTRIES[0],
+        help="oci: the cluster's OCI registry (default); pvc: a registry claim in each --namespace",
+    )
     install.set_defaults(func=_install)
+
+    engines = commands.add_parser(
+        "engines", help="the local cluster's engine registry: each tag and its artifact's annotations"
+    )
+    engines.set_defaults(func=_engines)
 
     wait = commands.add_parser("wait", help="wait until every InferenceModel is handled and its compile pods placed")
     wait.add_argument("--timeout", type=float, default=300, help="seconds (default: %(default)s)")

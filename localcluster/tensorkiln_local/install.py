@@ -6,11 +6,15 @@ chart installed from there with `helm upgrade --install oci://localhost:5000/cha
 What a user's cluster provides and the local cluster lacks is set up here, as its administrator
 would, each named for what it stands in for:
 
-- the registry volume: a ReadWriteMany claim `tensorkiln-registry` in the release's namespace
-  and in every namespace with InferenceModels, each bound to a hostPath PersistentVolume on one
-  directory of this machine (a real cluster: NFS, a CSI file share). hostPath volumes get no
-  fsGroup ownership from the kubelet, so the directory is made the compiler's (uid and gid
-  65532, group-writable), as an NFS export would be for the pods that write it;
+- the engine registry (KINDS of cluster/engine_registry.py): by default (`oci`, `make demo`) an OCI registry, the
+  cluster's own distribution registry at local-0's gateway (cluster/engine_registry.py; a real
+  cluster: ECR, GHCR, Harbor), which no model namespace needs anything for; or (`pvc`, the
+  integration tests, which also reach into the engines' files) a ReadWriteMany claim
+  `tensorkiln-registry` in the release's namespace and in every namespace with InferenceModels, each
+  bound to a hostPath PersistentVolume on one directory of this machine (a real cluster: NFS, a CSI
+  file share). hostPath volumes get no fsGroup ownership from the kubelet, so the directory is made
+  the compiler's (uid and gid 65532, group-writable), as an NFS export would be for the pods that
+  write it;
 - a model store: a Deployment serving the staged sample models over HTTP inside the cluster (a
   real cluster: an object store or a web server), so samples name an http:// source, never a
   host path;
@@ -47,6 +51,9 @@ from tensorkiln_local.cluster import (
     registry,
     workloads,
 )
+from tensorkiln_local.cluster import (
+    engine_registry as engine_registries,
+)
 from tensorkiln_local.images import build as images
 from tensorkiln_local.images.catalog import LOCAL_PRODUCT, SERVING_TARGET
 
@@ -72,9 +79,16 @@ def compiler_version(pushed: dict[str, images.Pushed]) -> str:
     return f"{__version__}+{pushed['compiler'].image_id[:12]}"
 
 
-def chart_values(pushed: dict[str, images.Pushed]) -> dict:
+def registry_values(engine_registry: str) -> dict:
+    """The chart's `registry` for one of ENGINE_REGISTRIES (pure)."""
+    if engine_registry == "oci":
+        return {"kind": "oci", "oci": {"repository": engine_registries.uri().removeprefix("oci://"), "insecure": True}}
+    return {"kind": "filesystem", "filesystem": {"existingClaim": CLAIM, "path": "engines"}}
+
+
+def chart_values(pushed: dict[str, images.Pushed], engine_registry: str = engine_registries.KINDS[0]) -> dict:
     """The chart's values for the local cluster (pure): images by digest (the serving image's Triton has
-    the native backends, as NGC's has), the registry claim, Prometheus by its Service, the real nodes."""
+    the native backends, as NGC's has), the engine registry, Prometheus by its Service, the real nodes."""
     operator = pushed["operator"]
     return {
         "image": {"repository": operator.repository, "tag": operator.tag, "digest": operator.digest},
@@ -82,7 +96,7 @@ def chart_values(pushed: dict[str, images.Pushed]) -> dict:
         "compilerVersion": compiler_version(pushed),
         "servingImage": pushed["serving"].pinned,
         "servingTarget": SERVING_TARGET,  # the serving image's Triton release, the compiler image's
-        "registry": {"kind": "filesystem", "filesystem": {"existingClaim": CLAIM, "path": "engines"}},
+        "registry": registry_values(engine_registry),
         "prometheusUrl": PROMETHEUS_SERVICE_URL,
         "nodeSelector": {nodes.LOCAL_NODE_LABEL: "true"},
         # The admission webhook behind its Service, its certificate from cert-manager (certmanager.py).
@@ -209,15 +223,19 @@ def chart_crds() -> list[dict]:
     return [yaml.safe_load(path.read_text()) for path in sorted((paths.CHART_DIR / "crds").glob("*.yaml"))]
 
 
-def apply_prerequisites(dynamic: DynamicClient, pushed: dict[str, images.Pushed], namespaces: tuple[str, ...]) -> None:
-    prepare_registry_volume()
+def apply_prerequisites(
+    dynamic: DynamicClient, pushed: dict[str, images.Pushed], namespaces: tuple[str, ...], claims: bool
+) -> None:
+    """Namespaces, cert-manager, the model store, Prometheus' Service; with `claims`, the registry claims."""
+    if claims:
+        prepare_registry_volume()
     cluster.apply_crds(dynamic, [*certmanager.crds(), *chart_crds()])
     for obj in [
         _namespace(NAMESPACE),
         _namespace(LOCAL_NAMESPACE),
         *(_namespace(ns) for ns in namespaces),
         *certmanager.build_objects(cluster.cluster_image("cert-manager"), NAMESPACE),
-        *(obj for ns in (NAMESPACE, *namespaces) for obj in registry_claim(ns)),
+        *(obj for ns in ((NAMESPACE, *namespaces) if claims else ()) for obj in registry_claim(ns)),
         *model_store(pushed["serving"].pinned),
         *prometheus_service(prometheus.ADDRESS, prometheus.PORT),
     ]:
@@ -357,15 +375,19 @@ def scale_operator(api_client: client.ApiClient, replicas: int) -> None:
         wait_ready(core, NAMESPACE, selector)
 
 
-def install(namespaces: tuple[str, ...] = SAMPLE_NAMESPACES, overrides: dict | None = None) -> dict:
+def install(
+    namespaces: tuple[str, ...] = SAMPLE_NAMESPACES,
+    overrides: dict | None = None,
+    engine_registry: str = engine_registries.KINDS[0],
+) -> dict:
     """Push the images and the chart, set up what the cluster lacks, install the chart from the registry
-    (its values for the local cluster, with `overrides` over them); print the chart installed; return
-    the values used."""
+    (its values for the local cluster with `engine_registry`, `overrides` over them); print the chart
+    installed; return the values used."""
     pushed = push_images()
     chart = push_chart()
-    values = merged(chart_values(pushed), overrides or {})
+    values = merged(chart_values(pushed, engine_registry), overrides or {})
     with connection.api_client() as api:
-        apply_prerequisites(DynamicClient(api), pushed, namespaces)
+        apply_prerequisites(DynamicClient(api), pushed, namespaces, claims=engine_registry == "pvc")
         core = client.CoreV1Api(api)
         wait_ready(core, NAMESPACE, f"app.kubernetes.io/name={certmanager.NAME}")  # it issues the webhook's certificate
         helm_install(values, chart)

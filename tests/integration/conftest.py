@@ -220,8 +220,9 @@ class Operator:
         return self.log_path.read_text(errors="replace")
 
 
-# This session's values over those `install` gives the chart: a registry directory of its own (a
-# compile test must not be a cache hit of an earlier run) and faster periodic work.
+# This session's values over those `install --engine-registry pvc` gives the chart (the tests reach into
+# the engines' files: test_registry_oci_cluster covers the OCI registry `make demo` installs): a registry
+# directory of its own (a compile test must not be a cache hit of an earlier run) and faster periodic work.
 # No admission webhook: tests that check what the operator says of a bad spec would be refused at
 # admission instead (test_helm_webhook and test_helm_cert_manager check the chart's webhook).
 def session_values(run: str) -> dict:
@@ -236,11 +237,11 @@ def session_values(run: str) -> dict:
 @pytest.fixture(scope="session")
 def operator(api):
     run = uuid.uuid4().hex[:8]
-    values = install.install(namespaces=(), overrides=session_values(run))
+    values = install.install(namespaces=(), overrides=session_values(run), engine_registry="pvc")
     op = InstalledOperator(api, f"pvc://{install.CLAIM}/{values['registry']['filesystem']['path']}")
     op.start()
     yield op
-    install.install(namespaces=())  # the defaults back, for `make demo` on the same cluster
+    install.install(namespaces=(), engine_registry="pvc")  # as `make integration` installed it
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def release(api, tools, namespace, registry_volume, chart_values):
     existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
     name = f"tk-{namespace}"
     values = install.merged(
-        install.chart_values(images.pushed(registry.HOST)),
+        install.chart_values(images.pushed(registry.HOST), engine_registry="pvc"),
         {
             "watchNamespaces": [namespace],
             "registry": {"filesystem": {"path": registry_volume.removeprefix(f"pvc://{CLAIM}/")}},

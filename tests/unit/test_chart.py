@@ -17,7 +17,7 @@ from tensorkiln.builders import labels, serving, storage
 from tensorkiln_api.registry import RegistryError, open_registry
 from tensorkiln_api.registry.filesystem import FilesystemRegistry
 from tensorkiln_local import install, installmanifests, rbac
-from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.cluster import binaries, network, paths
 from tensorkiln_local.crdgen import render_chart_crds
 from tensorkiln_local.images import build as images
 
@@ -721,9 +721,15 @@ def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_thr
     assert settings["TENSORKILN_COMPILER_VERSION"] == "0.1.0+cccccccccccc"
     # Compiled with the serving image's release's runtimes.
     assert settings["TENSORKILN_SERVING_TARGET"] == "24.10"
-    assert settings["TENSORKILN_REGISTRY_URI"] == f"pvc://{install.CLAIM}/engines"
+    # The cluster's own OCI registry, at local-0's gateway, on plain HTTP, anonymous: no claim, no Secret.
+    assert settings["TENSORKILN_REGISTRY_URI"] == f"oci://{network.node_gateway(0)}:5001/tensorkiln/engines"
+    assert settings["TENSORKILN_OCI_INSECURE"] == "true"
+    assert "TENSORKILN_REGISTRY_PUSH_SECRET" not in settings and "TENSORKILN_REGISTRY_PULL_SECRET" not in settings
     assert settings["TENSORKILN_PROMETHEUS_URL"] == install.PROMETHEUS_SERVICE_URL
     assert one(docs, "Certificate")["spec"]["secretName"] and one(docs, "ValidatingWebhookConfiguration")
+    # The integration tests' install: the registry claim.
+    claim = env(operator_container(render(install.chart_values(pushed, "pvc"), api_versions=[CERT_MANAGER])))
+    assert claim["TENSORKILN_REGISTRY_URI"] == f"pvc://{install.CLAIM}/engines"
 
 
 def test_the_local_registry_claims_bind_one_volume_in_each_namespace():

@@ -81,7 +81,14 @@ def test_stop_stops_every_process_and_keeps_the_state(monkeypatch):
     monkeypatch.setattr(cluster, "_cluster_exists", lambda: True)
     monkeypatch.setattr(cluster, "_kwokctl", lambda *args: actions.append("kwokctl " + " ".join(args)))
     cluster.stop()
-    assert actions == ["prometheus", "kube-proxy", "node local-0", "stop registry.pid", "kwokctl stop cluster"]
+    assert actions == [
+        "prometheus",
+        "kube-proxy",
+        "stop engine-registry.pid",  # it listens on local-0's gateway: before the node's bridge goes
+        "node local-0",
+        "stop registry.pid",
+        "kwokctl stop cluster",
+    ]
 
 
 def test_cluster_up_starts_again_a_component_that_exited_while_another_was_starting(monkeypatch):
@@ -116,6 +123,7 @@ def test_down_stops_every_component_then_deletes_the_control_plane(monkeypatch):
     assert down_actions(monkeypatch, None) == [
         "prometheus",
         "kube-proxy",
+        "stop engine-registry.pid",
         "node local-0 keep_bridge=False",
         "node local-1 keep_bridge=False",
         "network",
@@ -128,6 +136,7 @@ def test_down_leaves_the_shared_network_to_another_cluster_that_runs(monkeypatch
     assert down_actions(monkeypatch, "tensorkiln") == [
         "prometheus",
         "kube-proxy",
+        "stop engine-registry.pid",
         "node local-0 keep_bridge=True",
         "node local-1 keep_bridge=True",
         "stop registry.pid",

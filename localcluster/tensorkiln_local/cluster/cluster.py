@@ -23,6 +23,7 @@ from tensorkiln_local.cluster import (
     binaries,
     connection,
     dns,
+    engine_registry,
     kubeproxy,
     network,
     nodes,
@@ -273,6 +274,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS, stop_others: bool = False) -> None
         kubeproxy.start(api_server(), LOCAL_NODE)
         for obj in dns.build_objects(cluster_image("coredns"), {nodes.LOCAL_NODE_LABEL: "true"}):
             kube.apply(dynamic, obj)
+    engine_registry.start()
     prometheus.start()
     print(f'cluster {paths.CLUSTER_NAME} is up; run: eval "$(tensorkiln-local cluster env)"')
 
@@ -283,6 +285,7 @@ def stop() -> None:
     control plane. `up` starts it again as it was; Jobs whose deadline passed meanwhile are then failed."""
     prometheus.stop()
     kubeproxy.stop()
+    engine_registry.stop()
     for name in nodes.existing():
         nodes.shut_down(name)
     registry.stop()
@@ -299,6 +302,7 @@ def down() -> None:
     shared = other_running_cluster() is not None
     prometheus.stop()
     kubeproxy.stop()
+    engine_registry.stop()
     for name in nodes.existing():
         nodes.remove(name, keep_bridge=shared)
     if not shared:
@@ -319,6 +323,7 @@ def status() -> int:
         *((f"containerd {n}", nodes.RealNode(n).pidfile("containerd")) for n in nodes.existing() or [LOCAL_NODE]),
         ("kube-proxy", kubeproxy.PIDFILE),
         ("registry", registry.PIDFILE),
+        ("engine registry", engine_registry.PIDFILE),
         ("prometheus", prometheus.PIDFILE),
     ):
         pid = processes.pid_of(pidfile)
