@@ -173,6 +173,24 @@ def test_a_modelpack_tar_weight_layer_holds_the_model(server, repository, push, 
     assert [p.name for p in (tmp_path / "dl").iterdir()] == ["model.onnx"]
 
 
+def test_a_file_pushed_with_oras_defaults_is_the_model_though_its_media_type_says_tar(
+    server, repository, push, tmp_path
+):
+    """`oras push host/repo:v1 model.onnx` (the CLI and oras-py alike) types the file
+    application/vnd.oci.image.layer.v1.tar: the blob is the file itself, not an archive."""
+    model = onnx_model("plain")
+    (push.tmp / "model.onnx").write_bytes(model)
+    response = push.client.push(
+        target=f"{server.host}/{repository}:v1", files=[str(push.tmp / "model.onnx")], disable_path_validation=True
+    )
+    assert response.status_code == 201, response.text
+    manifest = push.client.get_manifest(f"{server.host}/{repository}:v1")
+    assert [layer["mediaType"] for layer in manifest["layers"]] == ["application/vnd.oci.image.layer.v1.tar"]
+    fetched = fetch(f"oci://{server.host}/{repository}:v1", tmp_path / "dl", field=FIELD, what="Model")
+    assert fetched.path == tmp_path / "dl" / "model.onnx" and fetched.sha256 == sha256(model)
+    assert [p.name for p in (tmp_path / "dl").iterdir()] == ["model.onnx"]
+
+
 def test_a_modelcar_image_later_layers_win(server, repository, push, tmp_path):
     model = onnx_model("modelcar")
     base = tar_layer({"bin/sh": b"#!", "models/stale.onnx": onnx_model("stale"), "etc/m.onnx": b"elsewhere"}, True)

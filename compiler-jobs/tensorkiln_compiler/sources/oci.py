@@ -154,9 +154,13 @@ class _Pull:
             self._refuse(f"{self.field}: {self.uri}: {many} *{self.suffix} (layer titles: {titles})")
         layer, title = found[0]
         name = _file_name(title, self.suffix)
-        if ".tar" not in str(layer.get("mediaType")):  # the file itself (ModelPack's .raw, oras push)
+        if ".tar" not in str(layer.get("mediaType")):  # the file itself (ModelPack's .raw)
             return self._blob(layer, dest_dir / name)
         archive = self._blob(layer, dest_dir / f".{name}.layer")
+        if not _archive(archive):
+            # The file itself under a tar media type: `oras push registry/repo:tag model.onnx` (the CLI and
+            # oras-py) gives a plain file application/vnd.oci.image.layer.v1.tar unless told otherwise.
+            return archive.rename(dest_dir / name)
         try:
             with self._tar(archive, title) as tar:
                 members = [m for m in tar if m.isreg() and m.name.lower().endswith(self.suffix)]
@@ -295,6 +299,13 @@ class _Pull:
 
     def _refuse(self, message: str) -> NoReturn:
         raise InvalidInput(f"{self.what}Unreachable", message)
+
+
+def _archive(path: Path) -> bool:
+    """A tar archive, or a compressed one (gzip, zstd): what its first bytes say."""
+    with path.open("rb") as f:
+        head = f.read(512)
+    return head.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd")) or tarfile.is_tarfile(path)
 
 
 def _title(layer: dict) -> str | None:
