@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 TKL    := $(VENV)/bin/tensorkiln-local
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv prepare prepare-builds demo test lint docs unit integration faults matrix crds manifests down images images-gpu push
+.PHONY: venv prepare prepare-builds demo test lint docs unit integration kind-like faults matrix crds manifests down images images-gpu push
 
 # Every deployable's distribution, editable, with the development tools (pyproject.toml) and the local cluster.
 DISTRIBUTIONS := api operator compiler-jobs serving client localcluster
@@ -94,6 +94,14 @@ integration: prepare
 	export $(TEST_CLUSTER); $(TKL) cluster up --stop-others || exit; trap '$(TKL) cluster stop' EXIT; \
 		$(TKL) install --engine-registry pvc && $(PY) -m pytest tests/integration -q --durations=25
 
+## kind-like: docs/quickstart-kind.md on a local cluster of its own, `tensorkiln-kind`, with the kind-like profile
+## (one real node labelled control-plane, no NFD or GFD labels, no simulated pools, no registry claim: the OCI
+## engine registry); stopped at the end, its state kept. About 10 minutes warm, so not part of `test`.
+KIND_CLUSTER := TENSORKILN_CLUSTER=tensorkiln-kind TENSORKILN_LOCAL_DATA=/var/lib/tensorkiln-kind
+kind-like: prepare
+	export $(KIND_CLUSTER); $(TKL) cluster up --profile kind --stop-others || exit; trap '$(TKL) cluster stop' EXIT; \
+		$(TKL) install && $(PY) -m pytest tests/kindlike -q -rs
+
 ## faults: the fault suite (e2e/faults): operator SIGKILLs, an API server restart, the registry
 ## away, killed compile pods, admission fuzzing, against the installed operator; long (about 12
 ## minutes here), so not part of `test`.
@@ -120,3 +128,4 @@ manifests: venv
 down: venv
 	$(TKL) cluster down
 	$(TEST_CLUSTER) $(TKL) cluster down
+	$(KIND_CLUSTER) $(TKL) cluster down

@@ -14,7 +14,7 @@ def _cluster(args) -> int:
     from tensorkiln_local.cluster import cluster
 
     if args.action == "up":
-        cluster.up(Path(args.pools), stop_others=args.stop_others)
+        cluster.up(Path(args.pools) if args.pools else None, stop_others=args.stop_others, profile=args.profile)
     elif args.action == "stop":
         cluster.stop()
     elif args.action == "down":
@@ -144,7 +144,13 @@ def parser() -> argparse.ArgumentParser:
     cluster = commands.add_parser("cluster", help="the local cluster (real control plane, kwok GPU pools, local-0)")
     cluster_actions = cluster.add_subparsers(dest="action", required=True)
     up = cluster_actions.add_parser("up", help="create or restart the cluster and converge pools and CRDs (idempotent)")
-    up.add_argument("--pools", default=str(paths.DEFAULT_POOLS), help="node pool file (default: %(default)s)")
+    up.add_argument("--pools", help=f"node pool file (default: the profile's; default's: {paths.DEFAULT_POOLS})")
+    up.add_argument(
+        "--profile",
+        choices=("default", "kind"),
+        help="the cluster's shape, chosen when it is created (then kept): default (simulated GPU pools, NFD labels) "
+        "or kind (one control-plane node, no NFD or GFD labels, no RWX storage)",
+    )
     up.add_argument(
         "--stop-others", action="store_true", help="stop another local cluster that runs (its state kept), not refuse"
     )

@@ -47,6 +47,7 @@ from tensorkiln_local.cluster import (
     nodes,
     paths,
     processes,
+    profiles,
     prometheus,
     registry,
     workloads,
@@ -383,6 +384,11 @@ def install(
     """Push the images and the chart, set up what the cluster lacks, install the chart from the registry
     (its values for the local cluster with `engine_registry`, `overrides` over them); print the chart
     installed; return the values used."""
+    if engine_registry == "pvc" and not profiles.current().claims:
+        raise SystemExit(
+            f"the local cluster {paths.CLUSTER_NAME!r} has the kind-like profile: only ReadWriteOnce storage, as kind "
+            "has, so no registry claim; install with --engine-registry oci"
+        )
     pushed = push_images()
     chart = push_chart()
     values = merged(chart_values(pushed, engine_registry), overrides or {})

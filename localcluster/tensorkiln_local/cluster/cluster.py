@@ -31,6 +31,7 @@ from tensorkiln_local.cluster import (
     paths,
     pools,
     processes,
+    profiles,
     prometheus,
     registry,
 )
@@ -233,9 +234,16 @@ def cluster_image(name: str) -> str:
     return images.push(built, registry.HOST, "local", tls_verify=False, compression=registry.COMPRESSION).pinned
 
 
-def start_node(core: client.CoreV1Api, name: str) -> None:
+def start_node(core: client.CoreV1Api, name: str, hardware_labels: bool = True) -> None:
     """Start (or keep) real node `name`; the registry and network must be up."""
-    nodes.start(core, name, sandbox_image=cluster_image("pause"), registry_host=registry.HOST, api_server=api_server())
+    nodes.start(
+        core,
+        name,
+        sandbox_image=cluster_image("pause"),
+        registry_host=registry.HOST,
+        api_server=api_server(),
+        hardware_labels=hardware_labels,
+    )
 
 
 def stop_other(name: str) -> None:
@@ -248,10 +256,11 @@ def stop_other(name: str) -> None:
     subprocess.run(command, env=env | {"TENSORKILN_CLUSTER": name}, check=True)
 
 
-def up(pool_file: Path = paths.DEFAULT_POOLS, stop_others: bool = False) -> None:
-    """Create or restart the cluster and converge its pools, CRDs, network and real node. Idempotent.
-    Another local cluster that runs is stopped first with `stop_others` (make demo, make test: the README's
-    commands one after the other), else refused."""
+def up(pool_file: Path | None = None, stop_others: bool = False, profile: str | None = None) -> None:
+    """Create or restart the cluster and converge its pools (`pool_file`, else the profile's), CRDs, network
+    and real node, in the shape of its profile (profiles.py: chosen at creation). Idempotent. Another local
+    cluster that runs is stopped first with `stop_others` (make demo, make test: the README's commands one
+    after the other), else refused."""
     while stop_others and (other := other_running_cluster()):
         stop_other(other)
     if other := other_running_cluster():
@@ -261,6 +270,7 @@ def up(pool_file: Path = paths.DEFAULT_POOLS, stop_others: bool = False) -> None
             f"`cluster up` resumes it), then start {paths.CLUSTER_NAME!r} again"
         )
     packages.ensure(packages.CLUSTER)
+    shape = profiles.choose(profile)
     _stage_sample_models()
     _start_control_plane()
     processes.wait_until(_api_ready, "kube-apiserver", 120)
@@ -269,8 +279,11 @@ def up(pool_file: Path = paths.DEFAULT_POOLS, stop_others: bool = False) -> None
     with connection.api_client() as api:
         dynamic = DynamicClient(api)
         apply_crds(dynamic, [yaml.safe_load(p.read_text()) for p in sorted(paths.CRDS_DIR.glob("*.yaml"))])
-        _apply_pools(dynamic, pool_file)
-        start_node(client.CoreV1Api(api), LOCAL_NODE)
+        _apply_pools(dynamic, pool_file or shape.pools)
+        start_node(client.CoreV1Api(api), LOCAL_NODE, hardware_labels=shape.hardware_labels)
+        if shape.control_plane:  # as kubeadm does, through the API: a kubelet may not claim a role
+            patch = {"metadata": {"labels": {profiles.CONTROL_PLANE_LABEL: ""}}}
+            client.CoreV1Api(api).patch_node(LOCAL_NODE, patch)
         kubeproxy.start(api_server(), LOCAL_NODE)
         for obj in dns.build_objects(cluster_image("coredns"), {nodes.LOCAL_NODE_LABEL: "true"}):
             kube.apply(dynamic, obj)

@@ -227,8 +227,11 @@ def kubelet_config(node: RealNode, ca_cert: Path, cluster_dns: str) -> dict:
     }
 
 
-def node_labels(cpuinfo: str, name: str) -> dict[str, str]:
-    """What the kubelet registers the node with beyond its own labels (hostname, os, arch)."""
+def node_labels(cpuinfo: str, name: str, hardware_labels: bool = True) -> dict[str, str]:
+    """What the kubelet registers the node with beyond its own labels (hostname, os, arch); without
+    `hardware_labels` (a kind-like cluster: no NFD), the local cluster's placement label alone."""
+    if not hardware_labels:
+        return {LOCAL_NODE_LABEL: "true"}
     return {
         LOCAL_NODE_LABEL: "true",
         CPU_POOL_LABEL: name,
@@ -273,7 +276,7 @@ def _prepare(node: RealNode, sandbox_image: str, registry_host: str, api_server:
 
 
 def start(core: client.CoreV1Api, name: str, *, sandbox_image: str, registry_host: str, api_server: str,
-          ready_within: float = 120) -> None:  # fmt: skip
+          ready_within: float = 120, hardware_labels: bool = True) -> None:  # fmt: skip
     """Start (or keep) the node's bridge, containerd and kubelet; wait until the Node is Ready."""
     node = RealNode(name)
     network.add_node_bridge(node.bridge, node.ip)
@@ -288,7 +291,8 @@ def start(core: client.CoreV1Api, name: str, *, sandbox_image: str, registry_hos
         f"containerd of {name} (log: {node.log('containerd')})",
         30,
     )
-    labels = ",".join(f"{k}={v}" for k, v in node_labels(Path("/proc/cpuinfo").read_text(), name).items())
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    labels = ",".join(f"{k}={v}" for k, v in node_labels(cpuinfo, name, hardware_labels).items())
     # A Node object outlives its kubelet: after a (re)start only this kubelet's heartbeat counts.
     running = processes.pid_of(node.pidfile("kubelet")) is not None
     started = datetime.min.replace(tzinfo=UTC) if running else datetime.now(UTC).replace(microsecond=0)
