@@ -54,6 +54,25 @@ def test_unschedulable_pod_reports_scheduler_message():
     assert conditions(status)["Scheduled"] == ("False", "Unschedulable")
 
 
+def test_a_placed_pod_that_mounts_a_source_secret_says_where_a_missing_one_shows():
+    """The kubelet reports a missing Secret volume only as a FailedMount Event: the message names the Secret."""
+    with_secret = {**CJ, "spec": {"source": {"uri": "s3://m/x.onnx", "credentials": {"secretName": "model-keys"}}}}
+    placed = pod("local-0", "Pending")
+    message = next(
+        c["message"]
+        for c in compile_job_status(with_secret, job(active=1), placed, set(), NOW)["conditions"]
+        if c["type"] == "Compiled"
+    )
+    assert message == (
+        "waiting for the compile pod to start; it mounts the Secret 'model-keys' of spec.source.credentials: "
+        "if that does not exist, `kubectl describe pod m-l4-abcd1234-x` shows FailedMount"
+    )
+    plain = compile_job_status(CJ, job(active=1), placed, set(), NOW)
+    assert "waiting for the compile pod to start" == next(
+        c["message"] for c in plain["conditions"] if c["type"] == "Compiled"
+    )
+
+
 def published(tmp_path) -> Published:
     manifest = make_engine(tmp_path).manifest
     return Published(manifest, manifest.digest(), f"file:///r/engines/{manifest.digest()}")

@@ -154,6 +154,7 @@ def test_the_artifact_has_both_tags_its_files_as_titled_layers_and_says_what_the
         "dev.tensorkiln.engine.precision": "FP16",
         "dev.tensorkiln.engine.origin": "test-seed",
         "dev.tensorkiln.model.name": "resnet",
+        "dev.tensorkiln.model.source": "https://models.example/resnet.onnx",
         "dev.tensorkiln.hardware.kind": "GPU",
         "dev.tensorkiln.key.id": key.id(),
         "dev.tensorkiln.key.model-digest": key.model_digest,
@@ -458,3 +459,12 @@ def test_the_listing_names_each_tag_with_its_artifacts_annotations(registry, eng
     expected = oci.annotations(engine.manifest, digest)
     assert all(notes == expected for notes in listing.values())
     assert expected[oci.ENGINE_DIGEST] == digest
+
+
+def test_the_source_annotation_leaves_out_a_presigned_urls_signature(tmp_path):
+    manifest = make_engine(tmp_path).manifest
+    signed = manifest.model_copy(
+        update={"source_uri": "https://bucket.s3.amazonaws.com/m.onnx?X-Amz-Signature=planted-signature#x"}
+    )
+    notes = oci.annotations(signed, signed.digest())
+    assert notes["dev.tensorkiln.model.source"] == "https://bucket.s3.amazonaws.com/m.onnx"

@@ -114,6 +114,10 @@ def annotations(manifest: EngineManifest, digest: str) -> dict[str, str]:
         "dev.tensorkiln.engine.precision": manifest.precision,
         "dev.tensorkiln.engine.origin": manifest.origin,
         "dev.tensorkiln.model.name": manifest.model_name,
+        # Where the model came from (an oci:// source: its reference, pinned). Not the image-spec's
+        # `subject`: a referrer lives in its subject's repository, and engines have their own. No query:
+        # a presigned URL's signature is a credential.
+        "dev.tensorkiln.model.source": urlsplit(manifest.source_uri)._replace(query="", fragment="").geturl(),
         "dev.tensorkiln.hardware.kind": manifest.hardware_kind,
         "dev.tensorkiln.key.id": key.id(),
         "dev.tensorkiln.key.model-digest": key.model_digest,

@@ -175,11 +175,24 @@ def compile_job_status(
         compiled = condition("Compiled", None, reason, f"compile pod {pod['metadata']['name']} cannot start: {message}")
     else:
         status["phase"] = "Pending"
-        compiled = condition("Compiled", None, "Pending", "waiting for the compile pod to start")
+        compiled = condition("Compiled", None, "Pending", _waiting(compile_job, pod, node))
     if old.get("clusterRetries"):
         status["clusterRetries"] = old["clusterRetries"]
     status["conditions"] = merge_conditions(old.get("conditions"), [scheduled, compiled, *extra], generation, now)
     return status
+
+
+def _waiting(compile_job: dict, pod: dict | None, node: str | None) -> str:
+    """Why a placed pod may not start yet, where the pod's status cannot say: a volume it waits for (the
+    kubelet reports a missing Secret only as a FailedMount Event, which the operator does not read)."""
+    source = compile_job["spec"].get("source") or {}
+    secret = (source.get("credentials") or {}).get("secretName")
+    if not (pod and node and secret):
+        return "waiting for the compile pod to start"
+    return (
+        f"waiting for the compile pod to start; it mounts the Secret {secret!r} of spec.source.credentials: "
+        f"if that does not exist, `kubectl describe pod {pod['metadata']['name']}` shows FailedMount"
+    )
 
 
 def cluster_fault(compile_job: dict, job: dict, pod: dict | None, published: Published | None) -> str | None:
