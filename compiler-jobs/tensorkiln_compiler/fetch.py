@@ -25,14 +25,15 @@ class Fetched:
     uri: str
     path: Path  # a file, or a directory (a dataset of .npy files)
     sha256: str
+    artifact: dict | None = None  # an oci:// source's manifest descriptor: what an engine links to
 
 
 def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials = NONE) -> Fetched:
     """`field` names the spec field in errors; `what` prefixes the reason (Model, CalibrationData);
     `credentials`: spec.source.credentials, for the source alone."""
-    fetch_source = sources.source(uri, field=field, what=what)
-    path = fetch_source(uri, dest_dir, field=field, what=what, credentials=credentials)
-    fetched = Fetched(uri, path, sha256_path(path))
+    pull = sources.puller(uri, field=field, what=what)
+    path, artifact = pull(uri, dest_dir, field=field, what=what, credentials=credentials)
+    fetched = Fetched(uri, path, sha256_path(path), artifact)
     log.info("fetched %s: %s (sha256 %s)", field, path, fetched.sha256)
     return fetched
 

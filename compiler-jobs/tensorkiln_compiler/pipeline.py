@@ -146,6 +146,7 @@ def run(
         key=key,
         model_name=spec.model_name,
         source_uri=spec.source.uri,
+        source_artifact=source.artifact,
         hardware_kind=spec.hardware.kind.value,
         fingerprint=node,
         compiler=winner.compiler.value,

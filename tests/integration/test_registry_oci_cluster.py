@@ -165,5 +165,13 @@ def test_the_registry_lists_the_engine_by_its_tags_with_its_annotations(api, ser
         compiler_version=notes["dev.tensorkiln.key.compiler-version"],
     )
     assert notes["dev.tensorkiln.key.id"] == key.id()
-    # One engine published: its tag and its cache key's, nothing else.
-    assert sorted(listing.json()["tags"]) == sorted([oci.engine_tag(digest), oci.cache_tag(key)])
+    # Linked to the model's own artifact (the oci:// source), which the referrers fallback index names.
+    source_digest = served.model["spec"]["source"]["uri"].rpartition("@")[2]
+    assert artifact["subject"]["digest"] == source_digest
+    fallback = source_digest.replace(":", "-")
+    index = requests.get(
+        f"{base}/manifests/{fallback}", headers={"Accept": oci.OCI_INDEX_MEDIA_TYPE}, timeout=10
+    ).json()
+    assert [m["annotations"][oci.ENGINE_DIGEST] for m in index["manifests"]] == [digest]
+    # One engine published: its tag, its cache key's and the referrers index's, nothing else.
+    assert sorted(listing.json()["tags"]) == sorted([oci.engine_tag(digest), oci.cache_tag(key), fallback])

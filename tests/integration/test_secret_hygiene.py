@@ -375,3 +375,43 @@ def test_workloads_take_the_credentials_by_reference(scenario):
                 assert {"secretRef": {"name": REGISTRY_SECRET}} in container.get("envFrom", []), (where, container)
                 referencing += 1
     assert referencing >= 4, "a compile Job and Pod, a Deployment and a Triton Pod at least"
+
+
+def readable_secrets(pod_spec: dict) -> dict[str, set[str]]:
+    """Each container's Secrets: those of its environment (envFrom, secretKeyRef) and of the volumes it mounts
+    (secret, projected)."""
+    volumes = {}
+    for volume in pod_spec.get("volumes", []):
+        names = {volume["secret"]["secretName"]} if "secret" in volume else set()
+        for projected in volume.get("projected", {}).get("sources", []):
+            names |= {projected["secret"]["name"]} if "secret" in projected else set()
+        volumes[volume["name"]] = names
+    found = {}
+    for container in _containers(pod_spec):
+        names = {ref["secretRef"]["name"] for ref in container.get("envFrom", []) if "secretRef" in ref}
+        names |= {
+            e["valueFrom"]["secretKeyRef"]["name"]
+            for e in container.get("env", [])
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        for mount in container.get("volumeMounts", []):
+            names |= volumes.get(mount["name"], set())
+        found[container["name"]] = names
+    return found
+
+
+def test_each_pod_reads_only_the_secrets_of_its_part(scenario):
+    """The compile pod: the registry's Secret (it publishes) and the source's (it fetches); a Triton pod's
+    engine-fetch: the registry's alone; Triton: none."""
+    expected = {
+        "compiler": {REGISTRY_SECRET, SOURCE_SECRET},
+        "engine-fetch": {REGISTRY_SECRET},
+        "triton": set(),
+    }
+    pods = {where: obj["spec"] for where, obj in scenario.objects.items() if where.startswith("Pod ")}
+    seen = {}
+    for where, spec in pods.items():
+        for container, names in readable_secrets(spec).items():
+            assert names == expected[container], (where, container, names)
+            seen[container] = seen.get(container, 0) + 1
+    assert seen.get("compiler") and seen.get("engine-fetch") and seen.get("triton"), seen

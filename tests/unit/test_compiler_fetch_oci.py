@@ -160,6 +160,13 @@ def test_a_modelpack_artifact_by_tag_and_by_digest(server, repository, push, tmp
 
     pinned = fetch(f"oci://{server.host}/{repository}@{digest}", tmp_path / "pinned", field=FIELD, what="Model")
     assert pinned.sha256 == sha256(model)
+    # What the engine links to (its subject): the manifest the reference named, by tag or by digest.
+    assert pinned.artifact == fetched.artifact
+    assert (
+        pinned.artifact["digest"] == digest
+        and pinned.artifact["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    )
+    assert pinned.artifact["size"] > 0
     assert sorted(p.name for p in (tmp_path / "pinned").iterdir()) == ["resnet.onnx"]  # nothing left beside
 
 

@@ -28,7 +28,7 @@ from tensorkiln_api.registry import (  # noqa: E402
     oci,
     open_registry,
 )
-from tensorkiln_api.registry.manifest import CacheKey  # noqa: E402
+from tensorkiln_api.registry.manifest import CacheKey, SourceArtifact  # noqa: E402
 
 DOCKER_REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -468,3 +468,34 @@ def test_the_source_annotation_leaves_out_a_presigned_urls_signature(tmp_path):
     )
     notes = oci.annotations(signed, signed.digest())
     assert notes["dev.tensorkiln.model.source"] == "https://bucket.s3.amazonaws.com/m.onnx"
+
+
+def test_an_engine_of_an_oci_source_names_it_as_subject_and_is_listed_in_the_fallback_index(
+    registry, server, repository, engine, tmp_path
+):
+    """docker-registry 2.8 has no referrers API (no OCI-Subject header): the image spec's tag schema instead."""
+    subject = {"mediaType": oci.OCI_MANIFEST_MEDIA_TYPE, "digest": "sha256:" + "5" * 64, "size": 512}
+    linked = engine.manifest.model_copy(update={"source_artifact": SourceArtifact.model_validate(subject)})
+    other = make_engine(tmp_path / "other", hardware_class="nvidia-l4").manifest
+    other = other.model_copy(update={"source_artifact": SourceArtifact.model_validate(subject)})
+    digests = [registry.publish(linked, engine.files_dir), registry.publish(other, tmp_path / "other" / "nvidia-l4")]
+    registry.publish(linked, engine.files_dir)  # again: listed once
+
+    client = by_hand(server)
+    fallback = f"{server.host}/{repository}:sha256-{'5' * 64}"
+    index = client.get_manifest(fallback, allowed_media_type=[oci.OCI_INDEX_MEDIA_TYPE])
+    assert index["mediaType"] == oci.OCI_INDEX_MEDIA_TYPE
+    listed = index["manifests"]
+    assert [m["annotations"][oci.ENGINE_DIGEST] for m in listed] == digests
+    for entry, digest in zip(listed, digests):
+        stored = client.get_manifest(f"{server.host}/{repository}:{oci.engine_tag(digest)}")
+        assert stored["subject"] == subject
+        assert entry["artifactType"] == oci.ARTIFACT_TYPE and entry["mediaType"] == oci.OCI_MANIFEST_MEDIA_TYPE
+        raw = requests.get(
+            f"http://{server.host}/v2/{repository}/manifests/{entry['digest']}",
+            headers={"Accept": oci.OCI_MANIFEST_MEDIA_TYPE},
+            timeout=10,
+        )
+        assert raw.status_code == 200 and len(raw.content) == entry["size"]
+    assert "subject" not in oci.artifact_manifest(engine.manifest)  # no oci:// source: no link
+    assert registry.listing()[f"sha256-{'5' * 64}"] == {}  # the index is listed, with no annotations

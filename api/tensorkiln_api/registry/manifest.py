@@ -38,6 +38,15 @@ class Artifact(_Model):
     size: int = Field(ge=0)
 
 
+class SourceArtifact(_Model):
+    """The OCI manifest an oci:// source was pulled from, as an image-spec descriptor: what the engine's
+    own OCI artifact names as its `subject`."""
+
+    media_type: str
+    digest: str = Field(pattern=r"^sha256:[a-f0-9]{64}$")
+    size: int = Field(ge=0)
+
+
 class TensorInfo(_Model):
     name: str
     data_type: str = Field(description="Triton data type: FP32, FP16, INT64, ...")
@@ -194,6 +203,12 @@ class EngineManifest(_Model):
         None,
         exclude_if=lambda value: value is None,
         description="Triton's batcher and instance settings the compile chose; None: not tuned (fixed defaults)",
+    )
+
+    source_artifact: SourceArtifact | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="an oci:// source's manifest, which an OCI engine registry links the engine to (subject)",
     )
 
     @property

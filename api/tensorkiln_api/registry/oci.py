@@ -13,6 +13,12 @@ artifact per engine, pushed and read with the ORAS Python SDK (`oras`, the `oci`
                   what the engine is (`annotations` below)
     tags          engine-<digest> (what `manifest` and `fetch` read) and <hardware class>-<40 hex of
                   the cache key's id> (the cache: what `lookup` reads)
+    subject       for a model pulled from an OCI artifact (an oci:// source), that artifact's manifest:
+                  `oras discover <registry>/<repository>@<model manifest digest>` (the referrers API)
+                  lists the engines built from it. A registry without the referrers API (no OCI-Subject
+                  header in its answer to the push) gets the image spec's fallback: an index tagged
+                  sha256-<hex of the model manifest digest> in the engines' repository, each engine's
+                  manifest added to it once
 
 Publishing uploads the blobs, then pushes the manifest under the engine tag, then under the
 cache-key tag: a reader that finds either tag finds a complete engine, and lookups see an engine
@@ -29,6 +35,7 @@ error. The registry is spoken to over HTTPS, verified with $SSL_CERT_FILE when s
 only for localhost, 127.0.0.1 and ::1, or with TENSORKILN_OCI_INSECURE=true.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -63,6 +70,7 @@ ARTIFACT_TYPE = "application/vnd.tensorkiln.engine.v1"
 FILE_MEDIA_TYPE = "application/vnd.tensorkiln.engine.file.v1"
 MANIFEST_MEDIA_TYPE = "application/vnd.tensorkiln.engine.manifest.v1+json"
 OCI_MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 EMPTY_CONFIG = {
     "mediaType": "application/vnd.oci.empty.v1+json",
     "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
@@ -114,9 +122,8 @@ def annotations(manifest: EngineManifest, digest: str) -> dict[str, str]:
         "dev.tensorkiln.engine.precision": manifest.precision,
         "dev.tensorkiln.engine.origin": manifest.origin,
         "dev.tensorkiln.model.name": manifest.model_name,
-        # Where the model came from (an oci:// source: its reference, pinned). Not the image-spec's
-        # `subject`: a referrer lives in its subject's repository, and engines have their own. No query:
-        # a presigned URL's signature is a credential.
+        # Where the model came from (an oci:// source is the `subject` too). No query: a presigned URL's
+        # signature is a credential.
         "dev.tensorkiln.model.source": urlsplit(manifest.source_uri)._replace(query="", fragment="").geturl(),
         "dev.tensorkiln.hardware.kind": manifest.hardware_kind,
         "dev.tensorkiln.key.id": key.id(),
@@ -139,6 +146,7 @@ def artifact_manifest(manifest: EngineManifest) -> dict:
         "artifactType": ARTIFACT_TYPE,
         "config": dict(EMPTY_CONFIG),
         "layers": [*files, _layer(MANIFEST_MEDIA_TYPE, digest, len(raw), "manifest.json")],
+        **({"subject": manifest.source_artifact.model_dump(by_alias=True)} if manifest.source_artifact else {}),
         "annotations": annotations(manifest, digest),
     }
 
@@ -188,9 +196,36 @@ class OciRegistry(Registry):
         stored = self._get_manifest(engine_tag(digest))
         if stored is None or _json_object(stored) != artifact:
             self._upload_blobs(manifest, artifact, files_dir)
-            self._put_manifest(artifact, engine_tag(digest))
+            response = self._put_manifest(artifact, engine_tag(digest))
+            if "subject" in artifact and not response.headers.get("OCI-Subject"):
+                self._add_referrer(artifact, engine_tag(digest))
         self._put_manifest(artifact, cache_tag(manifest.key))  # last: lookups go through it
         return digest
+
+    def _add_referrer(self, artifact: dict, tag: str) -> None:
+        """The referrers tag schema: the engine's manifest (as stored under `tag`) listed once in the index
+        tagged after its subject's digest. Read, add, write: two engines of one model published at the same
+        instant may leave one of them out of the index (the spec's own caveat), never out of the registry."""
+        stored = self._get_manifest(tag)
+        entry = {
+            "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+            "digest": f"sha256:{hashlib.sha256(stored).hexdigest()}",
+            "size": len(stored),
+            "artifactType": ARTIFACT_TYPE,
+            "annotations": artifact["annotations"],
+        }
+        fallback = artifact["subject"]["digest"].replace(":", "-")
+        index = _json_object(self._get_manifest(fallback, OCI_INDEX_MEDIA_TYPE) or b"") or {}
+        listed = index.get("manifests") if isinstance(index.get("manifests"), list) else []
+        if any(isinstance(m, dict) and m.get("digest") == entry["digest"] for m in listed):
+            return
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX_MEDIA_TYPE, "manifests": [*listed, entry]}
+        what = f"push of tag {fallback}"
+        with self._errors(what):  # oras' upload_manifest takes image manifests only
+            url = f"{self.client.prefix}://{self._container(fallback).manifest_url()}"
+            self._check(
+                self.client.do_request(url, "PUT", headers={"Content-Type": OCI_INDEX_MEDIA_TYPE}, json=index), what
+            )
 
     def _upload_blobs(self, manifest: EngineManifest, artifact: dict, files_dir: Path) -> None:
         """Every blob the artifact names (a blob already there is not sent again)."""
@@ -210,10 +245,12 @@ class OciRegistry(Registry):
                     )
                     self._check(response, what)
 
-    def _put_manifest(self, artifact: dict, tag: str) -> None:
+    def _put_manifest(self, artifact: dict, tag: str) -> requests.Response:
         what = f"push of tag {tag}"
         with self._errors(what):
-            self._check(self.client.upload_manifest(artifact, self._container(tag)), what)
+            response = self.client.upload_manifest(artifact, self._container(tag))
+            self._check(response, what)
+        return response
 
     # --- what it holds
 
@@ -227,7 +264,8 @@ class OciRegistry(Registry):
             tags = (response.json().get("tags") or []) if self._check(response, what, missing_ok=True) else []
         found = {}
         for tag in sorted(tags):
-            stored = self._get_manifest(tag)
+            # An engine's manifest, or a referrers fallback index (no annotations of its own).
+            stored = self._get_manifest(tag, f"{OCI_MANIFEST_MEDIA_TYPE}, {OCI_INDEX_MEDIA_TYPE}")
             artifact = _json_object(stored) if stored is not None else None
             found[tag] = dict((artifact or {}).get("annotations") or {})
         return found
@@ -261,13 +299,16 @@ class OciRegistry(Registry):
         container.namespace, container.tag = namespace or None, tag
         return container
 
-    def _get_manifest(self, tag: str) -> bytes | None:
-        """The OCI manifest the tag names, as stored, or None: no such tag (or no such repository)."""
+    def _get_manifest(self, tag: str, media_type: str = "") -> bytes | None:
+        """The OCI manifest (or, asked for, index) the tag names, as stored, or None: no such tag (or no
+        such repository)."""
         what = f"manifest {tag}"
         container = self._container(tag)
         with self._errors(what):
             response = self.client.do_request(
-                f"{self.client.prefix}://{container.manifest_url()}", "GET", headers={"Accept": OCI_MANIFEST_MEDIA_TYPE}
+                f"{self.client.prefix}://{container.manifest_url()}",
+                "GET",
+                headers={"Accept": media_type or OCI_MANIFEST_MEDIA_TYPE},
             )
             return response.content if self._check(response, what, missing_ok=True) else None
 

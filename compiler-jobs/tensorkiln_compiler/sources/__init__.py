@@ -17,6 +17,7 @@ tensorkiln_api.common.MODEL_URI_PATTERN, which the CRD admits URIs by
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
@@ -45,12 +46,25 @@ class Source(Protocol):
 
 def source(uri: str, *, field: str, what: str) -> Source:
     """The `fetch` of the module for the URI's scheme; InvalidInput for a scheme none serves."""
+    return _module(uri, field, what).fetch
+
+
+def puller(uri: str, *, field: str, what: str) -> Callable[..., tuple[Path, dict | None]]:
+    """What brings the URI in with the artifact it came from: an OCI source's `pull` (the file and its
+    manifest's descriptor, which an engine links to), any other source's `fetch` (no artifact)."""
+    module = _module(uri, field, what)
+    if hasattr(module, "pull"):
+        return module.pull
+    return lambda *args, **kwargs: (module.fetch(*args, **kwargs), None)
+
+
+def _module(uri: str, field: str, what: str):
     scheme = urlsplit(uri).scheme
     if scheme not in SCHEMES:
         raise InvalidInput(
             f"{what}UnsupportedScheme", f"{field}: scheme {scheme!r} is not supported here ({', '.join(SCHEMES)})"
         )
-    return importlib.import_module(f"{__name__}.{SCHEMES[scheme]}").fetch
+    return importlib.import_module(f"{__name__}.{SCHEMES[scheme]}")
 
 
 def in_place(uri: str, path: Path, *, field: str, what: str) -> Path:

@@ -60,12 +60,21 @@ DOCKER_CONFIG_KEY = ".dockerconfigjson"  # a kubernetes.io/dockerconfigjson Secr
 
 
 def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path:
-    return _Pull(uri, field, what, credentials).into(dest_dir)
+    return pull(uri, dest_dir, field=field, what=what, credentials=credentials)[0]
+
+
+def pull(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> tuple[Path, dict]:
+    """`fetch`, and the descriptor (mediaType, digest, size) of the manifest the reference named: what the
+    engine's own artifact links to."""
+    puller = _Pull(uri, field, what, credentials)
+    path = puller.into(dest_dir)
+    return path, puller.descriptor
 
 
 class _Pull:
     def __init__(self, uri: str, field: str, what: str, credentials: Credentials):
         self.uri, self.field, self.what, self.source_credentials = uri, field, what, credentials
+        self.descriptor: dict = {}  # of the manifest the reference names, once read
         self.suffix = SUFFIXES.get(what, ".onnx")
         netloc = uri.partition("://")[2].partition("/")[0]
         if "@" in netloc:  # not echoed: it carries credentials
@@ -138,6 +147,9 @@ class _Pull:
         if not isinstance(manifest, dict):
             self._refuse(f"{self.field}: {self.uri}: manifest {reference} is no JSON object")
         media_type = manifest.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        if not self.descriptor:  # the reference's own manifest (an index's, not the one chosen in it)
+            digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
+            self.descriptor = {"mediaType": media_type or OCI_MANIFEST, "digest": digest, "size": len(body)}
         if media_type in INDEXES or (not media_type and "manifests" in manifest):
             chosen = _platform_manifest(manifest.get("manifests"))
             if chosen is None:
