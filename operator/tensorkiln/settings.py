@@ -26,6 +26,9 @@ class Settings:
     # Plain HTTP to an oci:// registry not on loopback (TENSORKILN_OCI_INSECURE, which the operator's own
     # registry client reads too): compile and engine-fetch containers get it as well.
     oci_insecure: bool = False
+    # Secrets (in each model's namespace) the kubelet pulls the compiler and serving images with, when their
+    # registry is private: the compile and Triton pods' imagePullSecrets.
+    image_pull_secrets: tuple[str, ...] = ()
     # The Triton image of models whose spec.serving.image is unset (the chart's servingImage).
     serving_image: str = "nvcr.io/nvidia/tritonserver:25.10-py3"
     # The Triton release of serving_image (api.serving_targets): compiles use only its runtime versions.
@@ -95,6 +98,9 @@ class Settings:
             registry_push_secret=os.environ.get("TENSORKILN_REGISTRY_PUSH_SECRET") or None,
             registry_pull_secret=os.environ.get("TENSORKILN_REGISTRY_PULL_SECRET") or None,
             oci_insecure=os.environ.get("TENSORKILN_OCI_INSECURE", "").lower() in ("1", "true", "yes"),
+            image_pull_secrets=tuple(
+                name for name in os.environ.get("TENSORKILN_IMAGE_PULL_SECRETS", "").split(",") if name.strip()
+            ),
             serving_image=os.environ.get("TENSORKILN_SERVING_IMAGE") or cls.serving_image,
             serving_target=os.environ.get("TENSORKILN_SERVING_TARGET") or None,
             prometheus_url=os.environ.get("TENSORKILN_PROMETHEUS_URL") or None,

@@ -746,3 +746,10 @@ def test_the_local_registry_claims_bind_one_volume_in_each_namespace():
     )
     assert first[0]["spec"]["claimRef"] == {"namespace": "team-a", "name": install.CLAIM}
     assert first[0]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_workload_image_pull_secrets_reach_compile_and_triton_pods_settings(helm, monkeypatch):
+    assert _operator_settings(monkeypatch, render()).image_pull_secrets == ()
+    docs = render({"workloadImagePullSecrets": ["registry-credentials", "mirror"]})
+    assert _operator_settings(monkeypatch, docs).image_pull_secrets == ("registry-credentials", "mirror")
+    assert "workloadImagePullSecrets" in refused(helm, {"workloadImagePullSecrets": ["Not_A_Name"]})

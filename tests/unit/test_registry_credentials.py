@@ -148,3 +148,11 @@ def test_settings_read_the_push_and_pull_secrets_from_the_environment(monkeypatc
         monkeypatch.setenv(name, "")
     settings = Settings.from_env()
     assert (settings.registry_push_secret, settings.registry_pull_secret, settings.oci_insecure) == (None, None, False)
+
+
+def test_compile_and_triton_pods_pull_their_images_with_the_workload_pull_secrets(tmp_path):
+    settings = dataclasses.replace(OCI_SETTINGS, image_pull_secrets=("registry-credentials",))
+    assert compile_pod(settings)["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert serving_pod(tmp_path, settings)["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert "imagePullSecrets" not in compile_pod(OCI_SETTINGS)
+    assert "imagePullSecrets" not in serving_pod(tmp_path, OCI_SETTINGS)

@@ -45,10 +45,16 @@ def job_name(compile_job: dict) -> str:
 
 
 def build_job(
-    compile_job: dict, registry_secret: str | None = None, *, push_secret: str | None = None, oci_insecure: bool = False
+    compile_job: dict,
+    registry_secret: str | None = None,
+    *,
+    push_secret: str | None = None,
+    oci_insecure: bool = False,
+    image_pull_secrets: tuple[str, ...] = (),
 ) -> dict:
     """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials); with an oci://
-    registry, `push_secret` names a docker-config Secret mounted as the compiler's $DOCKER_CONFIG."""
+    registry, `push_secret` names a docker-config Secret mounted as the compiler's $DOCKER_CONFIG;
+    `image_pull_secrets`, what the kubelet pulls the compiler image with."""
     spec = compile_job["spec"]
     hardware = spec["hardware"]
     source = storage.model_source(spec["source"]["uri"])
@@ -121,6 +127,8 @@ def build_job(
             *source_secret.volumes,
         ],
     }
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
     if source_credentials.get("serviceAccountName"):
         # The cloud's workload identity (IRSA, GKE Workload Identity) works through the pod's token.
         pod_spec["serviceAccountName"] = source_credentials["serviceAccountName"]

@@ -165,6 +165,11 @@ def build_deployment(
         "enableServiceLinks": False,
         "initContainers": [engine_fetch],
         "containers": [triton],
+        **(
+            {"imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets]}
+            if settings.image_pull_secrets
+            else {}
+        ),
         "volumes": [
             {"name": "models", "emptyDir": {}},
             {"name": "tmp", "emptyDir": {}},

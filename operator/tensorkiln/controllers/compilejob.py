@@ -194,6 +194,7 @@ def _job(compile_job: dict, settings: Settings) -> dict:
         settings.registry_secret,
         push_secret=settings.registry_push_secret,
         oci_insecure=settings.oci_insecure,
+        image_pull_secrets=settings.image_pull_secrets,
     )
 
 
