@@ -13,6 +13,8 @@ an object in the same S3 server, so every path that uses the credentials runs fo
   spec.source.credentials and the source.
 - refused: the operator's own registry lookup is refused (SignatureDoesNotMatch); kopf logs the
   exception with its traceback and retries.
+- bearer: the model comes from a private HTTP host (a stand-in, BearerServer) that serves it only with the
+  planted bearer token of the source's Secret (`token`); the compile pod fetches it and publishes.
 
 Then every place a value could leak to is searched for each planted key, as is and in base64 at
 every alignment (inside a longer encoded text too). Pod logs are read from the local node's files
@@ -20,10 +22,12 @@ every alignment (inside a longer encoded text too). Pod logs are read from the l
 """
 
 import base64
+import http.server
 import json
 import secrets
 import signal
 import subprocess
+import threading
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -78,6 +82,39 @@ class Scenario:
     namespaces: dict[str, str]  # role (good, wrong, refused) -> namespace
     objects: dict[str, dict]  # "Kind ns/name" -> the object as the API server returns it
     places: dict[str, dict[str, str]] = field(default_factory=dict)  # kind of place -> where -> text
+    authorizations: list[str] = field(default_factory=list)  # what the bearer host was sent
+
+
+class BearerServer:
+    """A STAND-IN for a private HTTP model host (an internal artifact server): /cls.onnx to the bearer
+    token alone (401 otherwise), on local-0's gateway where pods reach this machine; it records the
+    Authorization headers it was sent."""
+
+    def __init__(self, address: str, token: str):
+        self.authorizations: list[str] = []
+        body, seen = MODEL_FILE.read_bytes(), self.authorizations
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization") or "")
+                if self.path != "/cls.onnx" or self.headers.get("Authorization") != f"Bearer {token}":
+                    self.send_error(401 if self.path == "/cls.onnx" else 404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((address, 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://{address}:{self.httpd.server_port}/cls.onnx"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def model_body(namespace: str, name: str, key: str, retries: int) -> dict:
@@ -190,15 +227,21 @@ def scenario(api, operator, tmp_path_factory):
     # processes of this machine: each with credentials of its own (right, wrong, refused), which one
     # installed operator cannot be.
     operator.stop()
-    planted = {"right": f"planted-{secrets.token_hex(20)}", "wrong": f"planted-{secrets.token_hex(20)}"}
+    planted = {role: f"planted-{secrets.token_hex(20)}" for role in ("right", "wrong", "token")}
     access_key = f"tk-{uuid.uuid4().hex[:12]}"
     server = VersityGateway(
         tmp_path_factory.mktemp("hygiene-s3") / "data", access_key, planted["right"], network.node_gateway(0)
     )
     core = client.CoreV1Api(api)
     suffix = uuid.uuid4().hex[:8]
-    namespaces = {role: f"t-sec-{role}-{suffix}" for role in ("good", "wrong", "refused")}
-    keys = {"good": planted["right"], "wrong": planted["wrong"], "refused": planted["wrong"]}
+    namespaces = {role: f"t-sec-{role}-{suffix}" for role in ("good", "wrong", "refused", "bearer")}
+    keys = {
+        "good": planted["right"],
+        "wrong": planted["wrong"],
+        "refused": planted["wrong"],
+        "bearer": planted["right"],
+    }
+    bearer = BearerServer(network.node_gateway(0), planted["token"])
     node_logs_start = node_log_sizes()
     created, operators = [], {}
 
@@ -240,13 +283,19 @@ def scenario(api, operator, tmp_path_factory):
                 "AWS_SECRET_ACCESS_KEY": keys[role],
                 "AWS_ENDPOINT_URL": server.endpoint,
             }
+            if role == "bearer":
+                source_keys = {"token": planted["token"]}
             core.create_namespaced_secret(namespace, {"metadata": {"name": SOURCE_SECRET}, "stringData": source_keys})
 
-        main = start_operator("main", [namespaces["good"], namespaces["wrong"]], planted["right"])
+        watched = [namespaces[role] for role in ("good", "wrong", "bearer")]
+        main = start_operator("main", watched, planted["right"])
         refused = start_operator("refused", [namespaces["refused"]], planted["wrong"])
         custom = client.CustomObjectsApi(api)
         for role, namespace in namespaces.items():
             body = model_body(namespace, f"ocr-{role}", f"{role}/cls.onnx", retries=0 if role == "wrong" else 2)
+            if role == "bearer":  # other compile options than good's: a compile of its own, never good's cache hit
+                body["spec"]["source"]["uri"] = bearer.url
+                body["spec"]["compile"]["compilers"] = {"cpu": ["OnnxRuntime"]}
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "inferencemodels", body)
 
         # The refused operator first: once S3 has refused its lookup, it has nothing more to show.
@@ -269,12 +318,18 @@ def scenario(api, operator, tmp_path_factory):
             interval=3,
             what=f"the model to be Ready\n{main.log()[-3000:]}",
         )
+        wait_for(
+            lambda: phase(compile_job_of(api, namespaces["bearer"])) == "Succeeded",
+            timeout=300,
+            interval=3,
+            what=f"the compile of the bearer-token source\n{main.log()[-3000:]}",
+        )
         main_metrics = metrics_text(main)
 
         objects = {}
         for namespace in namespaces.values():
             objects |= namespaced_objects(api, namespace)
-        result = Scenario(planted, namespaces, objects)
+        result = Scenario(planted, namespaces, objects, authorizations=list(bearer.authorizations))
         result.places["operator logs"] = {f"the {name} operator's output": op.log() for name, op in operators.items()}
         result.places["operator /metrics"] = {
             "the main operator's /metrics": main_metrics,
@@ -309,6 +364,7 @@ def scenario(api, operator, tmp_path_factory):
                 lambda n=namespace: not namespace_exists(core, n), timeout=180, what=f"namespace {namespace} deleted"
             )
         server.stop()
+        bearer.stop()
         operator.start()
 
 
@@ -328,6 +384,9 @@ def test_every_path_used_the_planted_credentials(scenario):
     source = f"spec.source.uri: s3://{MODELS}/wrong/cls.onnx"
     assert source in wrong_cj["status"]["message"], wrong_cj["status"]
     assert f"spec.source.credentials.secretName '{SOURCE_SECRET}'" in wrong_cj["status"]["message"]
+    bearer_cj = next(o for w, o in objects.items() if w.startswith(f"CompileJob {ns['bearer']}/"))
+    assert bearer_cj["status"]["phase"] == "Succeeded", bearer_cj["status"]
+    assert scenario.authorizations and set(scenario.authorizations) == {f"Bearer {scenario.planted['token']}"}
     refused_log = scenario.places["operator logs"]["the refused operator's output"]
     assert any(code in refused_log for code in REFUSALS)
 
