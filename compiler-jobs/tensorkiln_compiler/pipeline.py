@@ -38,7 +38,7 @@ from .candidates import onnxruntime as ort_candidates
 from .candidates import tensorrt as trt_candidates
 from .data import Dataset, load_dataset, refused, synthesize
 from .errors import CompilerVersionMismatch, InvalidInput, RuntimeMismatch, TensorRTUnavailable, first_line
-from .fetch import fetch, verify_digest
+from .fetch import Fetched, fetch, verify_digest
 from .fingerprint import fingerprint, runtime_versions
 from .inspection import UNBATCHED, ModelInfo, inspect_model
 from .precisions import hardware_precisions
@@ -96,13 +96,7 @@ def run(
     if spec.serving_target:
         require_target_runtimes(spec, runtime_versions())
     work_dir.mkdir(parents=True, exist_ok=True)
-    source = fetch(
-        spec.source.uri,
-        work_dir / "model",
-        field="spec.source.uri",
-        what="Model",
-        credentials=Credentials.of(spec.source.credentials),
-    )
+    source = _fetch(spec, spec.source.uri, work_dir / "model", "spec.source.uri", "Model")
     verify_digest(source, {"spec.modelDigest": spec.model_digest, "spec.source.sha256": spec.source.sha256})
     key = CacheKey(
         model_digest=source.sha256,
@@ -186,6 +180,11 @@ def _serving_tuning(ctx: BuildContext, winner: Build, record: Candidate, plan: B
         return None
 
 
+def _fetch(spec: CompileJobSpec, uri: str, dest_dir: Path, field: str, what: str) -> Fetched:
+    """A URI of the spec (the model's, its calibration dataset's) with spec.source.credentials."""
+    return fetch(uri, dest_dir, field=field, what=what, credentials=Credentials.of(spec.source.credentials))
+
+
 def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
     if spec.calibration is None:
         log.info("no calibration dataset: synthesising inputs; accuracy is checked on synthetic data only")
@@ -194,12 +193,8 @@ def _dataset(spec: CompileJobSpec, model: ModelInfo, work_dir: Path) -> Dataset:
         if dataset.text:
             log.info("text encoder: synthetic inputs shaped like tokenised text: %s", dataset.text)
         return dataset
-    fetched = fetch(
-        spec.calibration.dataset_uri,
-        work_dir / "data",
-        field="spec.calibration.datasetUri",
-        what="CalibrationData",
-        credentials=Credentials.of(spec.source.credentials),
+    fetched = _fetch(
+        spec, spec.calibration.dataset_uri, work_dir / "data", "spec.calibration.datasetUri", "CalibrationData"
     )
     return load_dataset(fetched, model.inputs, spec.calibration.samples, model.batched)
 

@@ -126,8 +126,9 @@ def test_sources_serve_exactly_the_schemes_the_api_admits():
 @pytest.mark.parametrize("scheme", EXAMPLES)
 def test_each_scheme_dispatches_to_its_module(scheme):
     uri, module = EXAMPLES[scheme]
-    found = sources.source(uri, field="spec.source.uri", what="Model")
-    assert found is importlib.import_module(f"tensorkiln_compiler.sources.{module}").fetch
+    found = sources.module_for(uri, field="spec.source.uri", what="Model")
+    assert found is importlib.import_module(f"tensorkiln_compiler.sources.{module}")
+    assert callable(getattr(found, "pull", None) or found.fetch)
 
 
 @pytest.mark.parametrize(

@@ -177,7 +177,7 @@ class OciRegistry(Registry):
                 f"{uri!r}: the repository {repository!r} is no OCI repository name "
                 "(lowercase letters and digits, separated by '.', '_', '__', '-' or '/')"
             )
-        host, client, credentials = client_for(parts.hostname, port, env)
+        host, client, credentials = client_for(parts.hostname, port, _auth_file(env), env)
         return cls(client, host, repository, credentials)
 
     def engine_uri(self, digest: str) -> str:
@@ -363,20 +363,18 @@ UNREACHABLE = (
 
 
 def client_for(
-    hostname: str, port: int | None, env: Mapping[str, str] = os.environ, *, auth_file: Path | None | str = "env"
+    hostname: str, port: int | None, auth_file: Path | None, env: Mapping[str, str] = os.environ
 ) -> tuple[str, "_Client", str]:
     """A client for the registry at hostname[:port], set up as OciRegistry's own (HTTPS, plain HTTP only
-    for loopback or TENSORKILN_OCI_INSECURE; short transport retries and timeouts; the docker config's
-    credentials for it): (host as a reference writes it, the client, where its credentials come from in
-    words that hold no secret). Also what the compiler's oci:// model source pulls with, with its own
-    `auth_file` (None: anonymous) instead of the environment's docker config ("env")."""
+    for loopback or TENSORKILN_OCI_INSECURE; short transport retries and timeouts; the credentials for it
+    of the docker config `auth_file`, None: anonymous): (host as a reference writes it, the client, where
+    its credentials come from in words that hold no secret). Also what the compiler's oci:// model source
+    pulls with, with its own docker config."""
     bracketed = f"[{hostname}]" if ":" in hostname else hostname
     host = f"{bracketed}:{port}" if port is not None else bracketed
     insecure = hostname in LOOPBACK_HOSTS or env.get(INSECURE_ENV, "").lower() in ("1", "true", "yes")
     client = _Client(host, insecure=insecure, tls_verify=env.get("SSL_CERT_FILE") or True)
     # Credentials are looked up by the container's registry (its host) alone.
-    if auth_file == "env":
-        auth_file = _auth_file(env)
     credentials = client.load_credentials(oras.container.Container("latest", registry=host), auth_file)
     return host, client, credentials
 

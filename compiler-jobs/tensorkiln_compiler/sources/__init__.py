@@ -2,14 +2,16 @@
 
 A source module exposes `fetch(uri, dest_dir, *, field, what, credentials) -> Path`: the file (or
 directory) to hash, read in place (`in_place`) or downloaded under dest_dir (`download_path`), with
-`credentials` (credentials.py: spec.source.credentials) and nothing else. `field` names the spec
+`credentials` (credentials.py: spec.source.credentials) and nothing else; a source whose URI names an
+OCI artifact exposes `pull` instead, which returns the manifest's descriptor too (an engine links to
+it: `puller`). `field` names the spec
 field in its errors and `what` prefixes their reasons (Model, CalibrationData): `{what}Unreachable`
 (InvalidInput, exit 2) where the same URI would fail again, `{what}FetchFailed` (exit 1) where a
 retry may pass; credentials the source refuses are `{what}AccessDenied` (exit 2), naming the source
 and `credentials.described`. A scheme with no module here is refused by name (`{what}UnsupportedScheme`, exit 2)
 rather than guessed at.
 
-Adding a scheme: one module here with its `fetch`, one entry in SCHEMES, and the scheme in
+Adding a scheme: one module here with its `fetch` (or `pull`), one entry in SCHEMES, and the scheme in
 tensorkiln_api.common.MODEL_URI_PATTERN, which the CRD admits URIs by
 (tests/unit/test_compiler_fetch.py holds the two equal).
 """
@@ -19,11 +21,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
 from ..errors import InvalidInput
-from .credentials import Credentials
 
 # scheme -> module: imported on demand, as the candidates are, so a compile loads only the source it uses.
 SCHEMES = {
@@ -38,27 +39,17 @@ SCHEMES = {
 }
 
 
-class Source(Protocol):
-    """What each source module's `fetch` is."""
-
-    def __call__(self, uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path: ...
-
-
-def source(uri: str, *, field: str, what: str) -> Source:
-    """The `fetch` of the module for the URI's scheme; InvalidInput for a scheme none serves."""
-    return _module(uri, field, what).fetch
-
-
 def puller(uri: str, *, field: str, what: str) -> Callable[..., tuple[Path, dict | None]]:
     """What brings the URI in with the artifact it came from: an OCI source's `pull` (the file and its
     manifest's descriptor, which an engine links to), any other source's `fetch` (no artifact)."""
-    module = _module(uri, field, what)
+    module = module_for(uri, field=field, what=what)
     if hasattr(module, "pull"):
         return module.pull
     return lambda *args, **kwargs: (module.fetch(*args, **kwargs), None)
 
 
-def _module(uri: str, field: str, what: str):
+def module_for(uri: str, *, field: str, what: str) -> ModuleType:
+    """The module of the URI's scheme; InvalidInput for a scheme none serves."""
     scheme = urlsplit(uri).scheme
     if scheme not in SCHEMES:
         raise InvalidInput(

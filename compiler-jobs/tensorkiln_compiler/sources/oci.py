@@ -59,13 +59,9 @@ CHUNK = 1 << 20
 DOCKER_CONFIG_KEY = ".dockerconfigjson"  # a kubernetes.io/dockerconfigjson Secret's key
 
 
-def fetch(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> Path:
-    return pull(uri, dest_dir, field=field, what=what, credentials=credentials)[0]
-
-
 def pull(uri: str, dest_dir: Path, *, field: str, what: str, credentials: Credentials) -> tuple[Path, dict]:
-    """`fetch`, and the descriptor (mediaType, digest, size) of the manifest the reference named: what the
-    engine's own artifact links to."""
+    """The model (or dataset) file, and the descriptor (mediaType, digest, size) of the manifest the
+    reference named: what the engine's own artifact links to."""
     puller = _Pull(uri, field, what, credentials)
     path = puller.into(dest_dir)
     return path, puller.descriptor
@@ -103,7 +99,7 @@ class _Pull:
         if not hostname:
             self._refuse(f"{field}: {uri}: {match['host']!r} is no registry host[:port]")
         try:
-            self.host, self.client, _ = oci.client_for(hostname, port, auth_file=credentials.path(DOCKER_CONFIG_KEY))
+            self.host, self.client, _ = oci.client_for(hostname, port, credentials.path(DOCKER_CONFIG_KEY))
         except oci.RegistryError as e:  # an unreadable docker config: its path and the kind of error only
             self._refuse(f"{field}: {uri}: {e}")
 

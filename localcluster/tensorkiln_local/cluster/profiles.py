@@ -36,16 +36,19 @@ PROFILES = {
 STORED = paths.STATE_DIR / "profile"
 
 
+def _stored() -> str | None:
+    return STORED.read_text().strip() if STORED.exists() else None
+
+
 def current() -> Profile:
     """The profile the cluster was brought up with (default: `default`)."""
-    name = STORED.read_text().strip() if STORED.exists() else "default"
-    return PROFILES[name]
+    return PROFILES[_stored() or "default"]
 
 
 def choose(requested: str | None) -> Profile:
     """`requested` for a cluster not yet created (stored), else the stored one; a different profile for an
     existing cluster is refused: its nodes and objects have the other shape."""
-    stored = STORED.read_text().strip() if STORED.exists() else None
+    stored = _stored()
     if requested and stored and requested != stored:
         raise SystemExit(
             f"the local cluster {paths.CLUSTER_NAME!r} was created with --profile {stored}: `tensorkiln-local "
