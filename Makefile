@@ -46,7 +46,7 @@ demo: prepare
 	eval "$$($(TKL) cluster env)" && kubectl get im && kubectl get cjob -o wide && kubectl get pods -A -o wide --field-selector spec.nodeName=local-0
 	eval "$$($(TKL) cluster env)" && kubectl get pods -A -o '$(POD_IMAGES)' --field-selector spec.nodeName=local-0
 
-## images: TensorKiln's images (operator, compiler, serving) built with buildah, cached by content
+## images: TensorKiln's images (operator, compiler, engine-fetch, serving) built with buildah, cached by content
 ## (an unchanged tree rebuilds nothing); prints each image's tag and size.
 images: venv
 	$(TKL) images build

@@ -257,8 +257,10 @@ class CompileOptions(SpecModel):
         description=(
             "Compile pod resources. The compiler runs as many threads as its CPU limit allows and times candidates "
             "with them, so the limit is what the engine is measured with. Unset: per kind of hardware, CPU classes "
-            "request 1 CPU and 2Gi and are limited to 2 CPUs and 6Gi; GPU classes request 4 CPUs and 16Gi. GPU "
-            "classes always get nvidia.com/gpu: 1 added to limits."
+            "request 1 CPU and 2Gi and are limited to 2 CPUs and 6Gi; GPU classes request 4 CPUs and 16Gi, limited "
+            "to 16Gi. A cpu or memory request left out is its limit where one is given, else the default's; a "
+            "memory limit left out is the larger of the memory request and the default's limit; no CPU limit is "
+            "added. GPU classes always get nvidia.com/gpu: 1 added to limits."
         ),
     )
     retries: int = Field(
@@ -406,7 +408,13 @@ class ServingOptions(SpecModel):
     )
     resources: ResourceRequirements | None = Field(
         None,
-        description="Triton container resources. GPU classes always get nvidia.com/gpu: 1 added to limits.",
+        description=(
+            "Triton container resources. Unset: CPU classes request 500m and 1Gi, limited to 1Gi of memory; GPU "
+            "classes request 2 CPUs and 8Gi, limited to 8Gi. A cpu or memory request left out is its limit where "
+            "one is given, else the default's; a memory limit left out is the larger of the memory request and the "
+            "default's limit; no CPU limit is added (it would throttle Triton's threads into latency spikes). GPU "
+            "classes always get nvidia.com/gpu: 1 added to limits."
+        ),
     )
 
     def dynamic_batching_on(self) -> bool:

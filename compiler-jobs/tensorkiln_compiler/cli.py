@@ -1,7 +1,8 @@
 """`tensorkiln-compile`: the CompileJob pod's entrypoint.
 
 The Job passes `--termination-log PATH --work-dir DIR` and the CompileJobSpec (camelCase JSON)
-in $TENSORKILN_COMPILE_SPEC; `--spec FILE` reads it from a file for local runs. Exit codes:
+in $TENSORKILN_COMPILE_SPEC; `--spec FILE` reads it from a file for local runs. $TENSORKILN_NAMESPACE,
+the pod's namespace, goes into the engine's manifest. Exit codes:
 0 published, 2 bad input (the Job fails at once), 1 anything else (the Job may retry).
 """
 
@@ -24,6 +25,7 @@ from .errors import EXIT_FAILED, EXIT_OK, CompileError, InvalidInput, first_line
 
 log = logging.getLogger("tensorkiln_compiler")
 SPEC_ENV = "TENSORKILN_COMPILE_SPEC"
+NAMESPACE_ENV = "TENSORKILN_NAMESPACE"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             "version_compatible": args.trt_version_compatible,
         },
         tune_runtime_settings=not args.no_runtime_settings_tuning,
+        namespace=os.environ.get(NAMESPACE_ENV) or None,
     )
     try:
         payload, code = pipeline.run(load_spec(args.spec), args.work_dir, options).payload, EXIT_OK

@@ -56,6 +56,7 @@ class Options:
     benchmark: BenchmarkPlan = field(default_factory=BenchmarkPlan)
     trt: dict = field(default_factory=dict)  # tensorrt.plan_build keyword options
     tune_runtime_settings: bool = True  # the tuning stage (module docstring)
+    namespace: str | None = None  # the CompileJob's, recorded in the manifest (EngineManifest.namespace)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def run(
         artifacts=stage(winner.files, files_dir),
         created_at=datetime.now(UTC),
         serving_tuning=tuning,
+        namespace=options.namespace,
     )
     (work_dir / "manifest.json").write_text(manifest.model_dump_json(by_alias=True, indent=2))
     digest, uri = registry.publish(manifest, files_dir)

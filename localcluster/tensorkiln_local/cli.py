@@ -185,7 +185,7 @@ def parser() -> argparse.ArgumentParser:
     crds.add_argument(
         "--chart-output",
         default=str(paths.CHART_DIR / "crds"),
-        help="the chart's copy, with kopf's peering CRDs ('' to skip; default: %(default)s)",
+        help="the chart's copy ('' to skip; default: %(default)s)",
     )
     crds.set_defaults(func=_crds)
 
@@ -210,7 +210,7 @@ def parser() -> argparse.ArgumentParser:
     images = commands.add_parser("images", help="build TensorKiln's images with buildah (cached by content); push them")
     image_actions = images.add_subparsers(dest="action", required=True)
     build_images = image_actions.add_parser(
-        "build", help="build (or reuse) the images; default: operator, compiler, serving"
+        "build", help="build (or reuse) the images; default: operator, compiler, engine-fetch, serving"
     )
     build_images.add_argument("names", nargs="*", metavar="NAME")
     push = image_actions.add_parser("push", help="build, then copy them to a registry (skopeo), printing each digest")

@@ -25,6 +25,7 @@ would, each named for what it stands in for:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -32,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from tensorkiln import kube
@@ -95,6 +98,8 @@ def chart_values(pushed: dict[str, images.Pushed], engine_registry: str = engine
         "image": {"repository": operator.repository, "tag": operator.tag, "digest": operator.digest},
         "compilerImage": pushed["compiler"].pinned,
         "compilerVersion": compiler_version(pushed),
+        # Triton pods' init container: by the digest of its own image, which changes only with its code.
+        "engineFetchImage": pushed["engine-fetch"].pinned,
         "servingImage": pushed["serving"].pinned,
         "servingTarget": SERVING_TARGET,  # the serving image's Triton release, the compiler image's
         "registry": registry_values(engine_registry),
@@ -105,6 +110,47 @@ def chart_values(pushed: dict[str, images.Pushed], engine_registry: str = engine
         # The staged models may also be named by file:// (tests do; the samples use the model store).
         "modelFileRoots": [str(paths.SAMPLE_MODELS)],
     }
+
+
+# The integration tests' cluster (`make test`: TENSORKILN_CLUSTER=tensorkiln-test), whose install admits
+# more CompileJob writers (below).
+TEST_CLUSTER = "tensorkiln-test"
+# The namespaces of the integration tests' `namespace` fixture (tests/integration/conftest.py): t-<8 hex>.
+TEST_NAMESPACE_PREFIX = "t-"
+
+
+def kubeconfig_username(kubeconfig: Path | None = None) -> str:
+    """The username the API server gives this machine's kubeconfig (paths.KUBECONFIG): the common name
+    of its current user's client certificate (kwokctl's admin: `kwok-admin`, in system:masters)."""
+    config = yaml.safe_load((kubeconfig or paths.KUBECONFIG).read_text())
+    context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    if "client-certificate-data" in user:
+        pem = base64.b64decode(user["client-certificate-data"])
+    else:
+        pem = Path(user["client-certificate"]).read_bytes()
+    (common_name,) = x509.load_pem_x509_certificate(pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(common_name.value)
+
+
+def compile_job_writers(admin: str, test_cluster: bool) -> dict:
+    """The CompileJob writers a local install adds to the operator's ServiceAccount (pure; `admin`:
+    kubeconfig_username()).
+
+    The chart's ValidatingAdmissionPolicy admits CompileJobs written by the release's operator
+    ServiceAccount alone, in every namespace (the release watches them all). Operators of this
+    machine's own also write CompileJobs, and the policy would refuse them:
+    - operators run as processes of this machine, logged in with its kubeconfig, `admin` (the
+      cluster's administrator anyway): conftest.Operator in the integration tests (test_webhook,
+      test_operator_metrics, ...) and the e2e benchmarks' operators (bench_slo, bench_scale);
+    - on the tests' cluster, the releases of the chart that tests/integration/helm_release.py installs
+      into a test namespace (test_helm_install, test_rbac_audit, test_leader_election, ...), whose
+      operators are the ServiceAccounts `system:serviceaccount:t-<8 hex>:tk-t-<8 hex>-tensorkiln`:
+      every ServiceAccount of a test namespace is admitted (their own release's policy, bound to that
+      namespace, admits theirs alone).
+    Everyone else is still refused (tests/integration/test_compilejob_admission.py: a tenant user)."""
+    writers = [admin, *([f"system:serviceaccount:{TEST_NAMESPACE_PREFIX}*"] if test_cluster else [])]
+    return {"compileJobAdmission": {"extraWriters": writers}}
 
 
 def registry_claim(namespace: str) -> list[dict]:
@@ -355,6 +401,7 @@ def process_environment(registry_uri: str) -> dict[str, str]:
         "TENSORKILN_REGISTRY_URI": registry_uri,
         "TENSORKILN_COMPILER_IMAGE": pushed["compiler"].pinned,
         "TENSORKILN_COMPILER_VERSION": compiler_version(pushed),
+        "TENSORKILN_ENGINE_FETCH_IMAGE": pushed["engine-fetch"].pinned,
         "TENSORKILN_SERVING_IMAGE": pushed["serving"].pinned,
         "TENSORKILN_SERVING_TARGET": SERVING_TARGET,
         "TENSORKILN_PROMETHEUS_URL": prometheus.url(),
@@ -391,7 +438,8 @@ def install(
         )
     pushed = push_images()
     chart = push_chart()
-    values = merged(chart_values(pushed, engine_registry), overrides or {})
+    writers = compile_job_writers(kubeconfig_username(), test_cluster=paths.CLUSTER_NAME == TEST_CLUSTER)
+    values = merged(merged(chart_values(pushed, engine_registry), writers), overrides or {})
     with connection.api_client() as api:
         apply_prerequisites(DynamicClient(api), pushed, namespaces, claims=engine_registry == "pvc")
         core = client.CoreV1Api(api)

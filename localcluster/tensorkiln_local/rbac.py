@@ -4,7 +4,7 @@ One row per (API group, resource) with the verbs used and where, derived from th
 cluster/state.py, controllers/ (handlers, events, compilejob, inferencemodel, scaler), review/, admission/ and
 what kopf itself does (it lists and watches what it handles, patches its progress annotations
 onto InferenceModels and CompileJobs, posts Events, watches CRDs and, when watching some
-namespaces only, namespaces; with peering it lists, watches and patches its peering objects).
+namespaces only, namespaces); with leader election, its Lease.
 Server-side apply is a `patch`, and also needs `create` when the object does not exist yet.
 
 tests/unit/test_chart.py renders charts/tensorkiln and checks that the Roles and ClusterRoles it
@@ -23,11 +23,12 @@ WATCHED = "watched"  # a namespaced resource: in every watched namespace (cluste
 CLUSTER = "cluster"  # a cluster-scoped resource
 SECRET_NAMESPACES = "secret-namespaces"  # a registry Secret, by name, in registry.secretNamespaces
 RELEASE = "release"  # one object, by name, in the namespace the operator runs in
+RELEASE_ANY = "release-any"  # in the namespace the operator runs in, any name (create cannot be limited by name)
 
 # When a grant applies (a row applies when all of its conditions hold).
 ALL_NAMESPACES = "all-namespaces"  # watchNamespaces empty
 SOME_NAMESPACES = "some-namespaces"  # watchNamespaces set
-PEERING = "peering"  # peering.enabled
+LEADER_ELECTION = "leader-election"  # leaderElection.enabled
 REGISTRY_SECRET = "registry-secret"  # the registry has a credentials Secret (S3)
 REGISTRY_PUSH_SECRET = "registry-push-secret"  # an oci:// registry with a push Secret (registry.oci.pushSecret)
 REGISTRY_PULL_SECRET = "registry-pull-secret"  # an oci:// registry with a pull Secret (registry.oci.pullSecret)
@@ -134,22 +135,22 @@ CALLS: tuple[ApiCall, ...] = (
         "kopf's namespace observer (not run cluster-wide)",
         (SOME_NAMESPACES,),
     ),
-    # kopf peering: one operator at a time, even across a rollout or a developer's local run.
+    # Leader election (tensorkiln.leadership): one replica reconciles; the client reads, creates and replaces.
     ApiCall(
-        "kopf.dev",
-        "clusterkopfpeerings",
-        ("list", "watch", "patch"),
-        CLUSTER,
-        "peering, cluster-wide",
-        (ALL_NAMESPACES, PEERING),
+        "coordination.k8s.io",
+        "leases",
+        ("create",),
+        RELEASE_ANY,
+        "the leader-election Lease, made by the first replica",
+        (LEADER_ELECTION,),
     ),
     ApiCall(
-        "kopf.dev",
-        "kopfpeerings",
-        ("list", "watch", "patch"),
-        WATCHED,
-        "peering, in each watched namespace",
-        (SOME_NAMESPACES, PEERING),
+        "coordination.k8s.io",
+        "leases",
+        ("get", "update"),
+        RELEASE,
+        "the leader-election Lease: renewed by the leader, taken over by a standby, handed back on a clean stop",
+        (LEADER_ELECTION,),
     ),
     # Secrets: by name only.
     ApiCall(
@@ -212,7 +213,7 @@ def expected_permissions(
     *,
     release_namespace: str,
     watch_namespaces: list[str],
-    peering: bool = True,
+    lease: str | None = None,
     registry_secret: str | None = None,
     registry_push_secret: str | None = None,
     registry_pull_secret: str | None = None,
@@ -220,11 +221,12 @@ def expected_permissions(
     webhook_secret: str | None = None,
     webhook_configuration: str | None = None,
 ) -> set[Permission]:
-    """What the operator needs under these chart values (`webhook_*` set: webhook on without cert-manager;
-    `registry_push_secret`/`registry_pull_secret`: an oci:// registry's, registry.oci.pushSecret/pullSecret)."""
+    """What the operator needs under these chart values (`lease`: leader election on, the Lease's name;
+    `webhook_*` set: webhook on without cert-manager; `registry_push_secret`/`registry_pull_secret`: an
+    oci:// registry's, registry.oci.pushSecret/pullSecret)."""
     active = {SOME_NAMESPACES if watch_namespaces else ALL_NAMESPACES}
-    if peering:
-        active.add(PEERING)
+    if lease:
+        active.add(LEADER_ELECTION)
     secret_of = {
         REGISTRY_SECRET: registry_secret,
         REGISTRY_PUSH_SECRET: registry_push_secret,
@@ -244,7 +246,9 @@ def expected_permissions(
         elif call.where == SECRET_NAMESPACES:
             (secret,) = [secret_of[condition] for condition in call.when if condition in secret_of]
             places = [(ns, secret) for ns in (secret_namespaces or [release_namespace])]
+        elif call.where == RELEASE_ANY:
+            places = [(release_namespace, None)]
         else:
-            places = [(release_namespace, webhook_secret)]
+            places = [(release_namespace, lease if LEADER_ELECTION in call.when else webhook_secret)]
         granted |= {Permission(ns, call.group, call.resource, verb, name) for ns, name in places for verb in call.verbs}
     return granted

@@ -1,5 +1,5 @@
-"""What the Helm chart's Deployment adds to a plain `tensorkiln-operator run` besides peering
-(tensorkiln.peering): logging in as the pod's ServiceAccount.
+"""What the Helm chart's Deployment adds to a plain `tensorkiln-operator run` besides leader
+election (tensorkiln.leadership): logging in as the pod's ServiceAccount.
 
 Login: kopf talks to the API with its own client and, by default, takes its credentials from the
 kubernetes client's in-cluster loader, which reads the token at the fixed standard path. `login`

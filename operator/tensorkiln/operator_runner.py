@@ -7,11 +7,19 @@ of this run's own."""
 
 import asyncio
 
+from tensorkiln.leadership import Timings
 
-def run(namespaces: list[str], log_format: str | None = None, peering_name: str | None = None) -> None:
+
+def run(
+    namespaces: list[str],
+    log_format: str | None = None,
+    lease: str | None = None,
+    lease_namespace: str | None = None,
+    timings: Timings | None = None,
+) -> None:
     import kopf
 
-    from tensorkiln import incluster, memory, peering
+    from tensorkiln import incluster, memory
     from tensorkiln.controllers import handlers
     from tensorkiln.controllers.context import OperatorContext
     from tensorkiln.observability import logs, metrics
@@ -21,11 +29,14 @@ def run(namespaces: list[str], log_format: str | None = None, peering_name: str 
     settings = Settings.from_env()
     logs.configure(log_format or settings.log_format)
     metrics.WatchReconnectCounter.install()
-    context = OperatorContext.build(settings, namespaces, peering_name)
+    where = lease_namespace or settings.pod_namespace
+    if lease and not where:
+        raise SystemExit(
+            "--leader-election-lease needs --leader-election-namespace or POD_NAMESPACE (the chart sets it)"
+        )
+    context = OperatorContext.build(settings, namespaces, lease, where or "", timings or Timings())
     registry = kopf.OperatorRegistry()
     incluster.register_login(registry)
-    if peering_name:
-        peering.join(peering_name, registry)
     handlers.register(registry, context)
     if settings.webhook_port:  # kopf refuses admission handlers without a server: register only then
         from tensorkiln.admission import webhook
@@ -37,7 +48,6 @@ def run(namespaces: list[str], log_format: str | None = None, peering_name: str 
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=True,
-            identity=context.identity,  # how the resync loop tells itself from its peers
             # Answers once the startup handlers are done: the liveness and the readiness probe.
             liveness_endpoint=(
                 f"http://{settings.listen_address}:{settings.health_port}/healthz" if settings.health_port else None

@@ -18,7 +18,7 @@ import uuid
 import pytest
 from kubernetes import client
 from tensorkiln_api.registry.locations import PVC_ROOT_ENV
-from tensorkiln_local import crdgen, install
+from tensorkiln_local import install
 from tensorkiln_local.cluster import connection, paths
 
 from .helpers import wait_for
@@ -226,7 +226,10 @@ class Operator:
 # No admission webhook: tests that check what the operator says of a bad spec would be refused at
 # admission instead (test_helm_webhook and test_helm_cert_manager check the chart's webhook).
 def session_values(run: str) -> dict:
+    # One replica: the tests drive "the operator pod" (kill, stop, its log and metrics); the standby
+    # and the takeover are test_leader_election's.
     return {
+        "replicaCount": 1,
         "registry": {"filesystem": {"path": f"engines-{run}"}},
         "resyncSeconds": 5,
         "sloPeriodSeconds": 5,
@@ -251,28 +254,6 @@ def alone(operator):
     operator.stop()
     yield
     operator.start()
-
-
-@pytest.fixture
-def kopf_peering_crds(api):
-    """kopf's peering CRDs (the chart installs them); removed afterwards unless the cluster had them."""
-    extensions = client.ApiextensionsV1Api(api)
-    existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
-    created = [crd for crd in crdgen.kopf_peering_crds() if crd["metadata"]["name"] not in existing]
-    for crd in created:
-        extensions.create_custom_resource_definition(crd)
-    for crd in created:
-        wait_for(
-            lambda name=crd["metadata"]["name"]: any(
-                c.type == "Established" and c.status == "True"
-                for c in extensions.read_custom_resource_definition(name).status.conditions or []
-            ),
-            timeout=30,
-            what=f"CRD {crd['metadata']['name']} established",
-        )
-    yield
-    for crd in created:
-        extensions.delete_custom_resource_definition(crd["metadata"]["name"])
 
 
 @pytest.fixture

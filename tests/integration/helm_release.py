@@ -5,9 +5,9 @@ ServiceAccount.
 
 Everything stays in that namespace: the release watches only it (watchNamespaces), so the operator
 never acts on other namespaces; its registry is the namespace's claim `tensorkiln-registry` (the
-`namespace` fixture's) at a path of its own. The chart's cluster-scoped objects, and the kopf
-peering CRDs when the cluster lacked them, are removed again afterwards. A test module sets values
-of its own with a `chart_values` fixture.
+`namespace` fixture's) at a path of its own. One operator replica (leader election on), so that
+"the operator pod" is one; test_leader_election runs two. The chart's cluster-scoped objects are
+removed again afterwards. A test module sets values of its own with a `chart_values` fixture.
 """
 
 import json
@@ -20,7 +20,6 @@ from kubernetes import client
 from tensorkiln_api import GROUP, VERSION
 from tensorkiln_local import install, installmanifests
 from tensorkiln_local.cluster import binaries, connection, paths, registry
-from tensorkiln_local.crdgen import kopf_peering_crds
 from tensorkiln_local.images import build as images
 
 from .helpers import wait_for
@@ -59,8 +58,6 @@ def chart_values() -> dict:
 def release(api, tools, namespace, registry_volume, chart_values):
     """The chart installed into the namespace, watching only it; uninstalled afterwards."""
     helm, _ = tools
-    extensions = client.ApiextensionsV1Api(api)
-    existing = {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
     name = f"tk-{namespace}"
     values = install.merged(
         install.chart_values(images.pushed(registry.HOST), engine_registry="pvc"),
@@ -70,6 +67,7 @@ def release(api, tools, namespace, registry_volume, chart_values):
             "webhook": {"enabled": False},
             "resyncSeconds": 5,
             "nodeSelector": {"kubernetes.io/hostname": LOCAL_NODE},
+            "replicaCount": 1,
         },
     )
     if "modelFileRoots" not in _chart_values():
@@ -86,9 +84,6 @@ def release(api, tools, namespace, registry_volume, chart_values):
             _delete_models(api, namespace)  # while the operator runs, which removes its finalizers
         finally:
             uninstalled = run([*helm, "uninstall", name, "--namespace", namespace, "--wait", "--timeout", "120s"])
-            for crd in kopf_peering_crds():  # helm installs the chart's crds/ and never removes them
-                if crd["metadata"]["name"] not in existing:
-                    extensions.delete_custom_resource_definition(crd["metadata"]["name"])
         assert uninstalled.returncode == 0, uninstalled.stderr
 
 

@@ -1,8 +1,7 @@
 """The chart's rendered manifests are accepted by the real API server (`kubectl apply --dry-run=server`),
 in a namespace under Pod Security admission's `restricted` level.
 
-Nothing of the chart is created, except kopf's two peering CRDs when the cluster lacks them (the
-peering objects cannot be dry-run without them); they are removed again afterwards.
+Nothing of the chart is created.
 """
 
 import os
@@ -13,9 +12,6 @@ import yaml
 from kubernetes import client
 from tensorkiln_local import installmanifests
 from tensorkiln_local.cluster import binaries, paths
-from tensorkiln_local.crdgen import kopf_peering_crds
-
-from .helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -23,30 +19,6 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def kubectl(api):
     return [str(binaries.ensure(("kube",)) / "kubectl"), "--kubeconfig", os.environ["KUBECONFIG"]]
-
-
-@pytest.fixture(scope="module")
-def peering_crds(api):
-    extensions = client.ApiextensionsV1Api(api)
-    existing = {c.metadata.name for c in extensions.list_custom_resource_definition().items}
-    created = []
-    for crd in kopf_peering_crds():
-        if crd["metadata"]["name"] not in existing:
-            extensions.create_custom_resource_definition(crd)
-            created.append(crd["metadata"]["name"])
-    for name in (c["metadata"]["name"] for c in kopf_peering_crds()):
-        _wait_established(extensions, name)
-    yield
-    for name in created:
-        extensions.delete_custom_resource_definition(name)
-
-
-def _wait_established(extensions, name):
-    def established():
-        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
-        return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-    wait_for(established, timeout=30, what=f"CRD {name} established")
 
 
 @pytest.fixture
@@ -83,24 +55,24 @@ def rendered_kinds(rendered: str) -> list[str]:
     ],
     ids=["defaults", "webhook", "s3-webhook"],
 )
-def test_chart_is_accepted_by_the_api_server(kubectl, restricted_namespace, peering_crds, values):
+def test_chart_is_accepted_by_the_api_server(kubectl, restricted_namespace, values):
     rendered = installmanifests.template(values, namespace=restricted_namespace, include_crds=True)
     out = dry_run(kubectl, rendered)
     assert out.count("(server dry run)") == len(rendered_kinds(rendered)), out
 
 
-def test_chart_watching_namespaces_is_accepted_by_the_api_server(kubectl, restricted_namespace, peering_crds):
+def test_chart_watching_namespaces_is_accepted_by_the_api_server(kubectl, restricted_namespace):
     values = {"watchNamespaces": [restricted_namespace, "default"], "webhook": {"enabled": True}}
     rendered = installmanifests.template(values, namespace=restricted_namespace)
     kinds = rendered_kinds(rendered)
-    assert kinds.count("Role") == 3 and kinds.count("KopfPeering") == 2  # + the webhook certificate Role
+    assert kinds.count("Role") == 4  # the 2 watched, the webhook certificate's and the Lease's
     out = dry_run(kubectl, rendered)
     assert out.count("(server dry run)") == len(kinds), out
 
 
-def test_install_manifests_are_accepted_by_the_api_server(kubectl, peering_crds):
+def test_install_manifests_are_accepted_by_the_api_server(kubectl):
     # The namespace of manifests/install does not exist here (dry-run creates nothing), so the
-    # cluster-scoped part is checked: CRDs, ClusterRole, ClusterRoleBinding, peering.
+    # cluster-scoped part is checked: CRDs, ClusterRole, ClusterRoleBinding.
     cluster_scoped = [
         d
         for p in sorted((paths.MANIFESTS_DIR / "install").glob("*.yaml"))

@@ -31,6 +31,7 @@ PACKAGES = {
     "operator": ["tensorkiln", "tensorkiln_api"],
     "compiler": ["tensorkiln_api", "tensorkiln_compiler", "tensorkiln_serving"],
     "serving": [],
+    "engine-fetch": ["tensorkiln_api", "tensorkiln_serving"],
 }
 
 

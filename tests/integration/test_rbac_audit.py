@@ -2,15 +2,15 @@
 localcluster/tensorkiln_local/rbac.py: every call is in the table for the release's configuration, and
 none was refused. tests/unit/test_chart.py checks that the chart grants exactly the table.
 
-The release (fixtures: helm_release) watches its own namespace with peering on, a filesystem
-registry and the webhook off; its operator reconciles the SIMULATED workload (engine_seeds'
+The release (fixtures: helm_release) watches its own namespace with leader election on, a
+filesystem registry and the webhook off; its operator reconciles the SIMULATED workload (engine_seeds'
 published SIMULATION, a cache hit: no compile runs) to Ready and then finalizes its deletion.
 Rows of the table this path does not use (compile Jobs: a cache hit; HPAs: mode Operator; a
 PodDisruptionBudget's deletion: replicas never drop below 2) are printed, not failed on.
 
 Between Ready and the deletion, the operator sits a quiet minute (several resync passes) with
 the model unchanged: it reads from its watch cache, so it makes no GET or LIST and, with
-everything already right, no write (kopf's peering keep-alives and Events aside).
+everything already right, no write (the leader's Lease renewals and Events aside).
 """
 
 import time
@@ -52,7 +52,8 @@ def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
     helm_release._delete_models(api, namespace)  # the operator finalizes the model and its CompileJob
 
     observed = rbac_audit.observe(audit_lines(), user)
-    table = rbac.expected_permissions(release_namespace=namespace, watch_namespaces=[namespace], peering=True)
+    lease = f"{release}-tensorkiln"
+    table = rbac.expected_permissions(release_namespace=namespace, watch_namespaces=[namespace], lease=lease)
     comparison = rbac_audit.compare(observed, table)
 
     print(f"\n{len(observed.calls)} calls by {user}:")
@@ -69,8 +70,8 @@ def test_the_chart_operator_makes_only_calls_the_rbac_table_has(
     assert {("inferencemodels/status", "patch"), ("compilejobs", "create"), ("deployments", "create")} <= {
         (c.resource, c.verb) for c in observed.calls
     }
-    steady = {call: n for call, n in quiet.items() if call[1] not in ("kopfpeerings", "events")}
+    steady = {call: n for call, n in quiet.items() if call[1] not in ("leases", "events")}
     assert steady == {}, (
-        f"requests in a quiet {QUIET_SECONDS} s besides watches, peering and Events: {steady}; "
+        f"requests in a quiet {QUIET_SECONDS} s besides watches, the Lease and Events: {steady}; "
         f"the operator's last applies: {writes_logged}"
     )

@@ -22,12 +22,10 @@ every alignment (inside a longer encoded text too). Pod logs are read from the l
 """
 
 import base64
-import http.server
 import json
 import secrets
 import signal
 import subprocess
-import threading
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from tensorkiln_local.cluster import network, nodes
 from tensorkiln_local.cluster.ocr_models import CLS
 
 from .conftest import Operator
-from .helpers import namespace_exists, wait_for
+from .helpers import BearerServer, namespace_exists, wait_for
 from .test_registry_s3 import VersityGateway
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3]
@@ -83,38 +81,6 @@ class Scenario:
     objects: dict[str, dict]  # "Kind ns/name" -> the object as the API server returns it
     places: dict[str, dict[str, str]] = field(default_factory=dict)  # kind of place -> where -> text
     authorizations: list[str] = field(default_factory=list)  # what the bearer host was sent
-
-
-class BearerServer:
-    """A STAND-IN for a private HTTP model host (an internal artifact server): /cls.onnx to the bearer
-    token alone (401 otherwise), on local-0's gateway where pods reach this machine; it records the
-    Authorization headers it was sent."""
-
-    def __init__(self, address: str, token: str):
-        self.authorizations: list[str] = []
-        body, seen = MODEL_FILE.read_bytes(), self.authorizations
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                seen.append(self.headers.get("Authorization") or "")
-                if self.path != "/cls.onnx" or self.headers.get("Authorization") != f"Bearer {token}":
-                    self.send_error(401 if self.path == "/cls.onnx" else 404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer((address, 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://{address}:{self.httpd.server_port}/cls.onnx"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def model_body(namespace: str, name: str, key: str, retries: int) -> dict:
@@ -241,7 +207,7 @@ def scenario(api, operator, tmp_path_factory):
         "refused": planted["wrong"],
         "bearer": planted["right"],
     }
-    bearer = BearerServer(network.node_gateway(0), planted["token"])
+    bearer = BearerServer(network.node_gateway(0), planted["token"], MODEL_FILE.read_bytes())
     node_logs_start = node_log_sizes()
     created, operators = [], {}
 

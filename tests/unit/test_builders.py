@@ -7,6 +7,7 @@ import pytest
 import yaml
 from tensorkiln.builders.compilejob import build_compile_job, cache_key, compile_job_name
 from tensorkiln.builders.job import build_job, job_name
+from tensorkiln.builders.resources import mebibytes
 from tensorkiln.controllers.inferencemodel import normalised_spec
 from tensorkiln.hardware.classes import discover
 from tensorkiln.settings import Settings
@@ -193,3 +194,77 @@ def test_pvc_registry_is_mounted_and_the_compiler_sees_a_file_uri(golden):
     golden("job-l4-pvc-registry", job)
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert '"registry":{"uri":"file:///var/lib/tensorkiln/registry/prod"}' in container["env"][0]["value"]
+
+
+def test_a_gpu_compile_pod_is_memory_limited_at_its_request_and_a_cpu_one_keeps_its_defaults():
+    gpu = build_job(compile_job_for("nvidia-l4"))["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert gpu == {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}}
+    cpu = build_job(compile_job_for("cpu-amd64-intel-amx"))["spec"]["template"]["spec"]["containers"][0]["resources"]
+    # The CPU class's default already has its limits: the compiler sizes its threads by the CPU limit.
+    assert cpu == {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "6Gi"}}
+
+
+@pytest.mark.parametrize(
+    ("asked", "expected"),
+    [
+        # A request alone: limited at the larger of it and the default's limit (the request, on a GPU class).
+        ({"requests": {"cpu": "2", "memory": "32Gi"}},
+         {"requests": {"cpu": "2", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "1", "memory": "32Gi"}}),
+        ({"requests": {"memory": "1Gi"}},
+         {"requests": {"memory": "1Gi", "cpu": "4"}, "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}}),
+        # A limit alone: the request is the limit, as the API server would default it.
+        ({"limits": {"cpu": "3", "memory": "4Gi"}},
+         {"requests": {"cpu": "3", "memory": "4Gi"}, "limits": {"cpu": "3", "memory": "4Gi", "nvidia.com/gpu": "1"}}),
+        # Both: as asked.
+        ({"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+         {"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi", "nvidia.com/gpu": "1"}}),
+    ],
+)  # fmt: skip
+def test_a_compile_pod_has_cpu_and_memory_requests_and_a_memory_limit_whatever_the_model_asks(asked, expected):
+    model = sample_model()
+    model["spec"]["compile"] = {"resources": asked}
+    cj = build_compile_job(model, normalised_spec(model), CLASSES["nvidia-l4"], SETTINGS)
+    cj["metadata"]["uid"] = "5a1d2a8e-2f0e-4d4f-8a51-3c0c4b9b7f22"
+    # The CompileJob keeps what the model asked (its Job's name hashes it): the Job's pod gets the rest.
+    assert cj["spec"]["hardware"]["resources"]["limits"].get("memory") == asked.get("limits", {}).get("memory")
+    assert build_job(cj)["spec"]["template"]["spec"]["containers"][0]["resources"] == expected
+
+
+def test_a_compile_pods_volumes_have_size_limits_from_the_settings():
+    def volumes(**limits) -> dict:
+        pod = build_job(compile_job_for("cpu-amd64-intel-amx"), **limits)["spec"]["template"]["spec"]
+        return {v["name"]: v["emptyDir"] for v in pod["volumes"] if "emptyDir" in v}
+
+    assert volumes() == {
+        "work": {"sizeLimit": Settings.compile_work_size_limit},
+        "tmp": {"sizeLimit": Settings.compile_tmp_size_limit},
+    }
+    # Written as the API server writes them back, or every reconcile would see the Job differ.
+    assert volumes(work_size_limit="65536Mi", tmp_size_limit="1.5Gi") == {
+        "work": {"sizeLimit": "64Gi"},
+        "tmp": {"sizeLimit": "1536Mi"},
+    }
+
+
+def test_size_settings_come_from_the_environment_and_a_non_size_is_refused(monkeypatch):
+    assert (Settings().compile_work_size_limit, Settings().compile_tmp_size_limit) == ("32Gi", "8Gi")
+    assert Settings().model_repository_size_limit == "16Gi"
+    monkeypatch.setenv("TENSORKILN_COMPILE_WORK_SIZE_LIMIT", "100Gi")
+    monkeypatch.setenv("TENSORKILN_COMPILE_TMP_SIZE_LIMIT", "2Gi")
+    monkeypatch.setenv("TENSORKILN_MODEL_REPOSITORY_SIZE_LIMIT", "40Gi")
+    settings = Settings.from_env()
+    assert (settings.compile_work_size_limit, settings.compile_tmp_size_limit) == ("100Gi", "2Gi")
+    assert settings.model_repository_size_limit == "40Gi"
+    for wrong in ("lots", "0", "-1Gi"):
+        monkeypatch.setenv("TENSORKILN_COMPILE_TMP_SIZE_LIMIT", wrong)
+        with pytest.raises(ValueError, match="TENSORKILN_COMPILE_TMP_SIZE_LIMIT"):
+            Settings.from_env()
+
+
+@pytest.mark.parametrize(
+    ("size", "written"),
+    [(1, "1Mi"), (1 << 20, "1Mi"), ((1 << 20) + 1, "2Mi"), (1 << 30, "1Gi"), ("1024Mi", "1Gi"), ("1.5Gi", "1536Mi"),
+     ("20G", "19074Mi"), ("3Ti", "3Ti"), (5 << 30, "5Gi")],
+)  # fmt: skip
+def test_sizes_are_whole_mebibytes_written_as_the_api_server_writes_them(size, written):
+    assert mebibytes(size) == written

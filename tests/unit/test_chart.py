@@ -17,8 +17,8 @@ from tensorkiln.builders import labels, serving, storage
 from tensorkiln_api.registry import RegistryError, open_registry
 from tensorkiln_api.registry.filesystem import FilesystemRegistry
 from tensorkiln_local import install, installmanifests, rbac
-from tensorkiln_local.cluster import binaries, network, paths
-from tensorkiln_local.crdgen import render_chart_crds
+from tensorkiln_local.cluster import network, paths
+from tensorkiln_local.crdgen import render_crds
 from tensorkiln_local.images import build as images
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,14 +51,6 @@ RESTRICTED_CONTAINER = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    helm_binary = binaries.BINARIES["helm"]
-    if not binaries.cached_path(helm_binary).exists() and shutil.which("go") is None:
-        pytest.skip("helm is not built and there is no Go toolchain to build it (tensorkiln-local cluster build helm)")
-    return installmanifests.helm()
 
 
 def render(values=None, *, api_versions=(), chart=CHART, include_crds=False) -> list[dict]:
@@ -141,27 +133,48 @@ def test_values_yaml_comments_every_value():
         assert lines[i - 1].lstrip().startswith("#"), f"values.yaml:{i + 1}: {line.strip()} has no comment above it"
 
 
-def test_default_install_watches_all_namespaces_with_peering(helm):
+ELECTION_ARGS = [
+    f"--leader-election-lease={FULLNAME}",
+    f"--leader-election-namespace={NAMESPACE}",
+    "--lease-duration=8",
+    "--renew-deadline=6",
+    "--retry-period=2",
+]
+
+
+def test_default_install_watches_all_namespaces_with_leader_election(helm):
     docs = render()
     container = operator_container(docs)
-    assert container["args"] == ["--all-namespaces", "--peering=tensorkiln"]
-    peering = one(docs, "ClusterKopfPeering")
-    assert peering["metadata"]["name"] == "tensorkiln"
-    assert not of_kind(docs, "Role") and not of_kind(docs, "KopfPeering")
+    assert container["args"] == ["--all-namespaces", *ELECTION_ARGS]
+    (role,) = of_kind(docs, "Role")  # the Lease's, in the release namespace
+    assert role["metadata"] == {**role["metadata"], "name": f"{FULLNAME}-leader-election", "namespace": NAMESPACE}
     assert {d["kind"] for d in docs} == {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Service",
         "Deployment",
-        "ClusterKopfPeering",
+        "PodDisruptionBudget",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     } | ({"ConfigMap"} if (CHART / "dashboards" / "tensorkiln.json").exists() else set())
 
 
-def test_deployment_is_one_recreated_replica_under_the_restricted_pod_security_standard(helm):
-    deployment = one(render(), "Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+def test_deployment_is_a_leader_and_a_standby_under_the_restricted_pod_security_standard(helm):
+    docs = render()
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    # A rollout starts the new pod (a standby) before it stops an old one.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["labelSelector"] == deployment["spec"]["selector"] and spread["whenUnsatisfiable"] == "ScheduleAnyway"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
@@ -206,10 +219,51 @@ def test_settings_come_from_values(helm):
     assert "TENSORKILN_PROMETHEUS_URL" not in env(operator_container(render()))
 
 
+def test_engine_sharing_and_volume_size_limits_come_from_values(helm):
+    defaults = env(operator_container(render()))
+    assert "TENSORKILN_SHARE_ENGINES" not in defaults  # another namespace's engine needs this one's source
+    assert [defaults[f"TENSORKILN_{n}_SIZE_LIMIT"] for n in ("MODEL_REPOSITORY", "COMPILE_WORK", "COMPILE_TMP")] == [
+        "16Gi", "32Gi", "8Gi"
+    ]  # fmt: skip
+    values = {"registry": {"shareEngines": True}, "compileWorkSizeLimit": "100Gi"}
+    variables = env(operator_container(render(values)))
+    assert (
+        variables["TENSORKILN_SHARE_ENGINES"] == "true" and variables["TENSORKILN_COMPILE_WORK_SIZE_LIMIT"] == "100Gi"
+    )
+    assert "compileTmpSizeLimit" in refused(helm, {"compileTmpSizeLimit": "lots"})
+
+
+def test_recompiles_are_bounded_by_default(helm):
+    assert env(operator_container(render()))["TENSORKILN_MAX_CONCURRENT_RECOMPILES"] == "2"
+    assert (
+        env(operator_container(render({"maxConcurrentRecompiles": 0})))["TENSORKILN_MAX_CONCURRENT_RECOMPILES"] == "0"
+    )
+
+
+def test_engine_fetch_runs_its_own_image_from_engine_fetch_image(helm, monkeypatch):
+    """Triton pods' init container: a value of its own, not compilerImage's (a new compiler rolls no Triton pod)."""
+    defaults = _operator_settings(monkeypatch, render())
+    assert defaults.engine_fetch_image == "ghcr.io/tensorkiln/engine-fetch:0.1.0" != defaults.compiler_image
+    pinned = "registry.example.test/engine-fetch@sha256:" + "cd" * 32
+    docs = render({"engineFetchImage": pinned, "compilerImage": "registry.example.test/compiler:1.2.3"})
+    assert env(operator_container(docs))["TENSORKILN_ENGINE_FETCH_IMAGE"] == pinned
+    assert _operator_settings(monkeypatch, docs).engine_fetch_image == pinned
+    assert "engineFetchImage" in refused(helm, {"engineFetchImage": "ghcr.io/tensorkiln/engine-fetch:latest"})
+
+
 def test_image_by_digest(helm):
     digest = "sha256:" + "ab" * 32
     container = operator_container(render({"image": {"tag": "0.2.0", "digest": digest}}))
     assert container["image"] == f"ghcr.io/tensorkiln/operator:0.2.0@{digest}"
+
+
+def test_without_leader_election_one_replica_is_recreated_and_more_are_refused(helm):
+    docs = render({"replicaCount": 1, "leaderElection": {"enabled": False}})
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert operator_container(docs)["args"] == ["--all-namespaces"]
+    assert not of_kind(docs, "PodDisruptionBudget")  # minAvailable 1 of 1 would block every drain
+    assert "replicaCount above 1 needs leaderElection.enabled" in refused(helm, {"leaderElection": {"enabled": False}})
 
 
 # --- watched namespaces -------------------------------------------------------------------------
@@ -217,11 +271,9 @@ def test_image_by_digest(helm):
 
 def test_watch_namespaces_gives_roles_per_namespace_and_namespace_args(helm):
     docs = render({"watchNamespaces": ["team-a", "team-b"]})
-    assert operator_container(docs)["args"] == ["--namespace=team-a", "--namespace=team-b", "--peering=tensorkiln"]
-    assert {r["metadata"]["namespace"] for r in of_kind(docs, "Role")} == {"team-a", "team-b"}
-    assert {b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")} == {"team-a", "team-b"}
-    assert {p["metadata"]["namespace"] for p in of_kind(docs, "KopfPeering")} == {"team-a", "team-b"}
-    assert not of_kind(docs, "ClusterKopfPeering")
+    assert operator_container(docs)["args"] == ["--namespace=team-a", "--namespace=team-b", *ELECTION_ARGS]
+    assert {r["metadata"]["namespace"] for r in of_kind(docs, "Role")} == {"team-a", "team-b", NAMESPACE}
+    assert {b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")} == {"team-a", "team-b", NAMESPACE}
     # The ClusterRole keeps only cluster-scoped reads.
     cluster_resources = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
     assert cluster_resources == {"nodes", "customresourcedefinitions", "namespaces"}
@@ -232,7 +284,8 @@ def test_watch_namespaces_gives_roles_per_namespace_and_namespace_args(helm):
 RBAC_CASES = {
     "defaults": ({}, (), {}),
     "watch-namespaces": ({"watchNamespaces": ["team-a", "team-b"]}, (), {"watch_namespaces": ["team-a", "team-b"]}),
-    "no-peering": ({"peering": {"enabled": False, "name": "tensorkiln"}}, (), {"peering": False}),
+    "no-leader-election": ({"replicaCount": 1, "leaderElection": {"enabled": False}}, (), {"lease": None}),
+    "lease-named": ({"leaderElection": {"leaseName": "tk-leader"}}, (), {"lease": "tk-leader"}),
     "s3-release-namespace": (S3, (), {"registry_secret": "s3c"}),
     "s3-secret-namespaces": (
         {**S3, "registry": {**S3["registry"], "secretNamespaces": ["team-a", "tk-system"]}},
@@ -273,7 +326,8 @@ RBAC_CASES = {
 def test_rbac_grants_exactly_the_api_calls_the_operator_makes(helm, case):
     values, api_versions, expected_args = RBAC_CASES[case]
     docs = render(values, api_versions=api_versions)
-    expected = rbac.expected_permissions(release_namespace=NAMESPACE, **{"watch_namespaces": [], **expected_args})
+    defaults = {"watch_namespaces": [], "lease": FULLNAME}
+    expected = rbac.expected_permissions(release_namespace=NAMESPACE, **{**defaults, **expected_args})
     granted = effective_permissions(docs)
     assert sorted(granted - expected, key=str) == [], "granted beyond localcluster/tensorkiln_local/rbac.py"
     assert sorted(expected - granted, key=str) == [], "localcluster/tensorkiln_local/rbac.py needs more than granted"
@@ -586,17 +640,15 @@ def test_dashboard_config_map_only_when_the_chart_has_the_dashboard(helm, tmp_pa
 
 def test_chart_crds_are_current():
     committed = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
-    rendered = render_chart_crds()
+    rendered = render_crds()
     assert set(committed) == set(rendered), "charts/tensorkiln/crds/ is out of date: run `tensorkiln-local crds`"
     for name, text in rendered.items():
         assert committed[name] == text, f"charts/tensorkiln/crds/{name} is out of date: run `tensorkiln-local crds`"
 
 
-def test_chart_crds_include_kopfs_peering_and_match_the_top_level_crds():
-    rendered = render_chart_crds()
-    assert {"clusterkopfpeerings.kopf.dev.yaml", "kopfpeerings.kopf.dev.yaml"} <= set(rendered)
-    for path in (ROOT / "crds").glob("*.yaml"):
-        assert rendered[path.name] == path.read_text()
+def test_chart_crds_are_the_top_level_crds():
+    chart = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    assert chart == {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
 
 
 def test_install_manifests_are_current(helm):
@@ -618,12 +670,11 @@ def test_install_manifests_are_the_chart_with_defaults_and_a_namespace(helm):
     assert {c["metadata"]["name"] for c in of_kind(docs, "CustomResourceDefinition")} == {
         "inferencemodels.tensorkiln.dev",
         "compilejobs.tensorkiln.dev",
-        "clusterkopfpeerings.kopf.dev",
-        "kopfpeerings.kopf.dev",
     }
     for doc in docs:
         namespaced = doc["kind"] not in {
-            "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering",
+            "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         }  # fmt: skip
         assert (doc["metadata"].get("namespace") == installmanifests.NAMESPACE) == namespaced, doc["metadata"]
 
@@ -709,7 +760,7 @@ def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_thr
     digest = "sha256:" + "ab" * 32
     pushed = {
         name: images.Pushed(name, f"localhost:5000/tensorkiln/{name}", "0.1.0", digest, f"{name[0]}" * 64)
-        for name in ("operator", "compiler", "serving")
+        for name in ("operator", "compiler", "engine-fetch", "serving")
     }
     docs = render(install.chart_values(pushed), api_versions=[CERT_MANAGER])
     container = operator_container(docs)
@@ -717,6 +768,7 @@ def test_the_local_install_pins_every_image_by_digest_and_serves_the_webhook_thr
     settings = env(container)
     assert settings["TENSORKILN_COMPILER_IMAGE"] == f"localhost:5000/tensorkiln/compiler@{digest}"
     assert settings["TENSORKILN_SERVING_IMAGE"] == f"localhost:5000/tensorkiln/serving@{digest}"
+    assert settings["TENSORKILN_ENGINE_FETCH_IMAGE"] == f"localhost:5000/tensorkiln/engine-fetch@{digest}"
     # Engines of another build of the compiler image are not reused: its ID is part of the cache key.
     assert settings["TENSORKILN_COMPILER_VERSION"] == "0.1.0+cccccccccccc"
     # Compiled with the serving image's release's runtimes.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tensorkiln_local import chart_oci, install, installmanifests
-from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local import chart_oci, install
+from tensorkiln_local.cluster import paths
 
 # The registry server of the OCI engine-registry tests, reused (its module skips without the oci extra).
 from unit.test_registry_oci import DistributionRegistry
@@ -102,13 +102,6 @@ def test_the_local_install_upgrades_from_the_registry_by_digest_and_version():
 
 
 # --- the cached helm binary against a real registry
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    if not binaries.cached_path(binaries.BINARIES["helm"]).exists():
-        pytest.skip("the helm binary is not built (tensorkiln-local cluster build helm)")
-    return installmanifests.helm()
 
 
 @pytest.fixture(scope="module")

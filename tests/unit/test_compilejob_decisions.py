@@ -79,6 +79,33 @@ def test_a_registry_hit_succeeds_without_a_job(hit):
     assert actions(decision) == ["registry answered", "status Succeeded CacheHit"]
 
 
+def compiled_in(hit: Published, namespace: str | None) -> Published:
+    """The hit as a real compile of `namespace` published it (None: a manifest older than the field)."""
+    return Published(
+        hit.manifest.model_copy(update={"origin": "compiled", "namespace": namespace}), hit.digest, hit.uri
+    )
+
+
+def test_an_engine_this_namespace_compiled_is_reused_without_a_job(hit):
+    decision = decide(observed(compile_job(), looked_up=True, cache_hit=compiled_in(hit, "ns")), SETTINGS, NOW)
+    assert actions(decision) == ["registry answered", "status Succeeded CacheHit"]
+
+
+@pytest.mark.parametrize("publisher", ["team-b", None], ids=["another namespace", "not recorded"])
+def test_another_namespaces_engine_waits_for_this_namespaces_compile_pod_to_fetch_the_source(hit, publisher):
+    """The pod fetches spec.source.uri with this namespace's credentials, checks the digest, then finds the
+    engine in the registry and reports it (tensorkiln_compiler.pipeline.run): access proven, nothing compiled."""
+    body = compile_job()
+    decision = decide(observed(body, looked_up=True, cache_hit=compiled_in(hit, publisher)), SETTINGS, NOW)
+    assert actions(decision) == [f"create Job {job_name(body)}", "registry answered", "status Pending Pending"]
+
+
+def test_engines_shared_cluster_wide_are_reused_from_any_namespace(hit):
+    shared = Settings(registry_uri="file:///registry", share_engines=True)
+    decision = decide(observed(compile_job(), looked_up=True, cache_hit=compiled_in(hit, "team-b")), shared, NOW)
+    assert actions(decision) == ["registry answered", "status Succeeded CacheHit"]
+
+
 def test_an_unreachable_registry_creates_nothing_and_counts_a_failure():
     failed = RegistryUnavailable("the registry root is missing")
     decision = decide(observed(compile_job(), registry_error=failed, if_registry_fails=(2, 10.0)), SETTINGS, NOW)

@@ -41,6 +41,9 @@ class FakeState:
     def newest_pod(self, namespace, job_name):
         return None
 
+    def get(self, api_version, kind, namespace, name):
+        return None  # no Deployment: the model's first compile
+
     def simulated_nodes(self):
         return set()
 

@@ -1,3 +1,4 @@
+import json
 from datetime import UTC, datetime
 
 from registry_fixtures import make_engine
@@ -95,6 +96,16 @@ def test_success_reports_engine_selection_and_candidates(tmp_path):
     assert conditions(status)["Compiled"] == ("True", "EnginePublished")
     assert conditions(status)["Selected"] == ("True", "FastestPassing")
     assert conditions(status)["AccuracyPassed"][0] == "True"
+
+
+def test_a_pod_that_found_the_engine_after_fetching_the_source_is_a_cache_hit_with_its_job(tmp_path):
+    done = job(succeeded=1, conditions=[{"type": "Complete", "status": "True"}])
+    engine = published(tmp_path)
+    message = json.dumps({"engine": {"digest": engine.digest, "uri": engine.uri}, "cached": True})
+    status = compile_job_status(CJ, done, pod("local-0", "Succeeded", {"exitCode": 0, "message": message}), set(),
+                                NOW, engine)  # fmt: skip
+    assert status["phase"] == "Succeeded" and status["cacheHit"] is True and status["jobName"] == "m-l4-abcd1234"
+    assert conditions(status)["Compiled"] == ("True", "CacheHit")
 
 
 def test_success_without_a_published_engine_fails():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tensorkiln.status.engine import engine_status
 from tensorkiln_api.registry.manifest import EngineManifest
-from tensorkiln_compiler.cli import SPEC_ENV, main
+from tensorkiln_compiler.cli import NAMESPACE_ENV, SPEC_ENV, main
 
 from .compiler_support import (
     compile_spec,
@@ -41,7 +41,8 @@ def compile(tmp_path, monkeypatch, registry):
     return run
 
 
-def test_compiles_selects_and_publishes_only_the_winner(tmp_path, compile, registry):
+def test_compiles_selects_and_publishes_only_the_winner(tmp_path, compile, registry, monkeypatch):
+    monkeypatch.setenv(NAMESPACE_ENV, "team-a")  # the Job's downward API
     model = conv_classifier(tmp_path / "m.onnx", opset=11)
     spec = compile_spec(
         model, tmp_path / "registry", compilers=["OnnxRuntime", "OpenVINO"], precisions=["FP32", "INT8"]
@@ -54,6 +55,7 @@ def test_compiles_selects_and_publishes_only_the_winner(tmp_path, compile, regis
     manifest = registry.manifest(digest)
     assert manifest["key"]["modelDigest"] == hashlib.sha256(model.read_bytes()).hexdigest()
     assert manifest["key"]["compilerVersion"] == "0.1.0" and manifest["key"]["hardwareClass"] == "cpu-test"
+    assert manifest["namespace"] == "team-a"
     ids = [c["id"] for c in manifest["candidates"]]
     engines = ["baseline", "onnxruntime-fp32", "onnxruntime-int8", "openvino-fp32", "openvino-int8"]
     assert ids[:5] == engines and all("+" in id for id in ids[5:])  # then the tuning stage's settings variants
@@ -232,3 +234,26 @@ def test_synthetic_values_the_model_cannot_take_are_refused_naming_the_field(
     spec["syntheticInputs"] = given
     code, message = compile(spec)
     assert code == 2 and message["error"]["reason"] == "InvalidSyntheticInput" and needle in message["error"]["message"]
+
+
+def test_another_namespaces_compile_pod_fetches_checks_and_reports_the_engine_without_compiling(
+    tmp_path, compile, registry, monkeypatch
+):
+    """What the operator runs when a cached engine was published by another namespace: this namespace's pod
+    fetches the source with its own credentials and checks its digest (bad input otherwise), then finds
+    the engine and reports it; nothing is compiled or published again."""
+    model = single_op_model(tmp_path / "m.onnx", "Relu")
+    spec = compile_spec(model, tmp_path / "registry", compilers=["OnnxRuntime"], precisions=["FP32"])
+    spec["source"]["sha256"] = hashlib.sha256(model.read_bytes()).hexdigest()
+    monkeypatch.setenv(NAMESPACE_ENV, "team-a")
+    code, first = compile(spec)
+    assert code == 0, first
+    monkeypatch.setenv(NAMESPACE_ENV, "team-b")
+    code, again = compile(spec)
+    assert (code, again) == (0, {"engine": first["engine"], "cached": True})
+    (digest,) = registry.engines()
+    assert registry.manifest(digest)["namespace"] == "team-a"
+
+    wrong = {**spec, "source": {**spec["source"], "sha256": "0" * 64}}
+    code, refused = compile(wrong)
+    assert code == 2 and "spec.source.sha256" in refused["error"]["message"], refused

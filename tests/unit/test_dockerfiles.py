@@ -12,10 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {
     "operator": ROOT / "operator" / "Dockerfile",
     "compiler": ROOT / "compiler-jobs" / "Dockerfile",
+    "engine-fetch": ROOT / "serving" / "engine-fetch.Dockerfile",
     "serving": ROOT / "serving" / "Dockerfile",
 }
 # The USER of each image: the uid its pods run as (the chart's operator, builders.job, builders.serving).
-USERS = {"operator": "65532", "compiler": "65532", "serving": "1000"}
+USERS = {"operator": "65532", "compiler": "65532", "engine-fetch": "65532", "serving": "1000"}
 # name:tag@sha256:<64 hex>, with an exact version in the tag (no floating `3.11-slim` or `latest`).
 PINNED = re.compile(r"^[\w./-]+:(?P<tag>[\w.-]+)@sha256:[a-f0-9]{64}$")
 
@@ -75,8 +76,10 @@ def test_each_image_installs_its_own_distributions_and_no_other():
     """The operator image has no compiler, serving side or client, the compiler image no operator or client."""
     assert re.search(r"pip install .* ./api \./operator\[s3,oci\]$", installed("operator"))
     assert re.search(r'./api "\./compiler-jobs\[\$extras\]" \./serving', installed("compiler"))
+    assert re.search(r"pip install .* \./api\[s3,oci\] \./serving$", installed("engine-fetch"))
     for name, absent in {"operator": ("compiler-jobs/", "serving/", "client/"),
-                         "compiler": ("operator/", "client/")}.items():  # fmt: skip
+                         "compiler": ("operator/", "client/"),
+                         "engine-fetch": ("compiler-jobs/", "operator/", "client/")}.items():  # fmt: skip
         copied = " ".join(instructions(name, "COPY"))
         assert not any(path in copied for path in absent), f"{name} copies {absent}: {copied}"
 
@@ -102,3 +105,22 @@ def test_compiler_image_has_the_commands_the_operator_runs_in_it():
     # The GPU variant installs the TensorRT wheel its serving target's file pins (test_serving_targets).
     run = installed("compiler")
     assert '"$VARIANT" = gpu' in run and "tensorrt-cu[0-9]*" in run and "$tensorrt" in run
+
+
+def test_engine_fetch_image_runs_the_engine_fetch_and_holds_no_compiler_or_runtime():
+    """Triton pods' init container (builders/serving.py, settings.engine_fetch_image): its own small image, whose
+    content is the contract and the serving side alone, so a new compiler leaves it, and Triton pods, as they were."""
+    (entrypoint,) = instructions("engine-fetch", "ENTRYPOINT")
+    assert entrypoint == '["tensorkiln-engine-fetch"]'
+    assert project("serving")["scripts"]["tensorkiln-engine-fetch"] == "tensorkiln_serving.enginefetch:main"
+    assert {"s3", "oci"} <= set(project("api")["optional-dependencies"])  # the registries' clients
+    copied = {value.split()[0] for value in instructions("engine-fetch", "COPY") if not value.startswith("--from")}
+    assert copied == {"constraints.txt", "api/pyproject.toml", "api/tensorkiln_api/", "serving/pyproject.toml",
+                      "serving/tensorkiln_serving/"}  # fmt: skip
+    # What pip installs there: api (with the registries' extras) and serving, whose dependencies are api's.
+    requirements = [*project("serving")["dependencies"], *project("api")["dependencies"]]
+    requirements += [r for extra in ("s3", "oci") for r in project("api")["optional-dependencies"][extra]]
+    names = {re.split(r"[\[=<>~! ]", requirement, maxsplit=1)[0].lower() for requirement in requirements}
+    assert not names & {"tensorkiln-compiler", "onnxruntime", "openvino", "nncf", "onnx", "tensorrt", "numpy"}
+    # The same BASE as the other Python images (the local build passes its Debian-made one).
+    assert set(parsed("engine-fetch").parent_images) == set(parsed("compiler").parent_images)

@@ -2,6 +2,7 @@
 builds the binaries and the images at once."""
 
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -9,8 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from dockerfile_parse import DockerfileParser
 from tensorkiln_local import prepare
 from tensorkiln_local.cluster import binaries, paths
+from tensorkiln_local.images import build as images
+from tensorkiln_local.images.catalog import LOCAL_PRODUCT, PRODUCT
 
 
 def _fake_go_build(calls, together):
@@ -119,7 +123,7 @@ def test_prepare_installs_packages_first_then_builds_binaries_and_images_at_once
     prepare.prepare(tests=tests)
     assert calls == [
         ("packages", sorted({**prepare.packages.CLUSTER, **prepare.packages.IMAGES})),
-        ("images", ("operator", "compiler", "serving")),
+        ("images", ("operator", "compiler", "engine-fetch", "serving")),
         ("binaries", ("kube", "etcd", "kwok", "kwokctl", "coredns", "pause", "helm", "certmanager", *test_binaries)),
         ("images", ("pause", "coredns", "cert-manager")),
     ]
@@ -132,3 +136,68 @@ def test_prepare_imports_the_standard_library_only():
         env={"PYTHONPATH": str(paths.LOCALCLUSTER_DIR)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert found.returncode == 0, found.stderr
+
+
+@pytest.mark.parametrize("image", PRODUCT, ids=lambda i: i.name)
+def test_a_product_images_key_covers_every_path_its_dockerfile_copies(image):
+    """The content key (images.content_key) is the Dockerfile, the base and `inputs`: a file the Dockerfile copies
+    but `inputs` lacks would change the image and keep its tag."""
+    for instruction in DockerfileParser(path=str(paths.REPO_ROOT / image.dockerfile)).structure:
+        if instruction["instruction"] != "COPY" or instruction["value"].startswith("--from"):
+            continue
+        *sources, _ = instruction["value"].split()
+        for source in sources:
+            assert any(source.rstrip("/") == entry or source.startswith(f"{entry}/") for entry in image.inputs), (
+                f"{image.name}: {source} is not in its inputs"
+            )
+
+
+def test_engine_fetch_is_built_pushed_and_installed_with_the_product():
+    """`tensorkiln-local images build|push` and `install` build LOCAL_PRODUCT: engine-fetch is among them."""
+    (image,) = [i for i in LOCAL_PRODUCT if i.name == "engine-fetch"]
+    assert image.dockerfile == "serving/engine-fetch.Dockerfile" and image.user == "65532"
+    assert image.repository == "tensorkiln/engine-fetch" and image.needs_base and not image.build_args
+    assert not any(entry.startswith(("compiler-jobs", "operator", "client")) for entry in image.inputs)
+
+
+def _tree(root: Path) -> None:
+    """The inputs of every product image, copied from the repository (their bytes are what the keys digest)."""
+    for image in PRODUCT:
+        for entry in (image.dockerfile, *image.inputs):
+            source, target = paths.REPO_ROOT / entry, root / entry
+            if source.is_dir():
+                shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+
+
+def test_engine_fetchs_key_changes_with_its_own_code_only(tmp_path):
+    """A Triton pod's template names engine-fetch's image: its key (the local tag, hence the digest the install
+    pins) changes with api, serving, constraints.txt or its Dockerfile, never with the compiler's code."""
+    _tree(tmp_path)
+    by_name = {image.name: image for image in PRODUCT}
+    base = "localhost/tensorkiln/base-python:bookworm-0123456789ab"
+
+    def keys() -> dict[str, str]:
+        return {name: images.content_key(by_name[name], tmp_path, base) for name in ("engine-fetch", "compiler")}
+
+    before = keys()
+    assert before == keys() and before["engine-fetch"] != before["compiler"]
+    for changed in ("compiler-jobs/tensorkiln_compiler/cli.py", "compiler-jobs/pyproject.toml",
+                    "compiler-jobs/Dockerfile", "compiler-jobs/serving_targets/24.10.txt"):  # fmt: skip
+        with (tmp_path / changed).open("a") as file:
+            file.write("\n# changed\n")
+        now = keys()
+        assert now["engine-fetch"] == before["engine-fetch"], changed
+        assert now["compiler"] != before["compiler"], changed
+        before = now
+    for changed in ("serving/tensorkiln_serving/enginefetch.py", "api/tensorkiln_api/registry/base.py",
+                    "constraints.txt", "serving/engine-fetch.Dockerfile"):  # fmt: skip
+        with (tmp_path / changed).open("a") as file:
+            file.write("\n# changed\n")
+        now = keys()
+        assert now["engine-fetch"] != before["engine-fetch"], changed
+        before = now
+    # Another base (the Debian-made one's package list) is another image too.
+    assert images.content_key(by_name["engine-fetch"], tmp_path, base + "-other") != before["engine-fetch"]

@@ -11,6 +11,7 @@ from tensorkiln.builders.labels import MODEL
 from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.controllers import handlers
 from tensorkiln.controllers.failures import FailureTracker
+from tensorkiln.leadership import Leadership
 from tensorkiln.observability import logs
 from tensorkiln.settings import Settings
 
@@ -30,8 +31,9 @@ def value(name: str, **labels) -> float:
 def controller(state=None) -> handlers.Controller:
     """A Controller over a context of stand-ins: no registry, no scaler, `state` as the cluster."""
     context = SimpleNamespace(
-        settings=Settings(), namespaces=[], cache=WatchCache(), state=state, registry=lambda: None, scaler=None
-    )
+        settings=Settings(), namespaces=[], cache=WatchCache(), state=state, registry=lambda: None, scaler=None,
+        leadership=Leadership(),
+    )  # fmt: skip
     return handlers.Controller(context)
 
 

@@ -49,7 +49,7 @@ def test_refusals_are_kept_and_an_impersonated_request_is_the_impersonated_users
 
 
 def test_compare_with_the_table_for_the_release_configuration():
-    table = rbac.expected_permissions(release_namespace=NS, watch_namespaces=[NS], peering=True)
+    table = rbac.expected_permissions(release_namespace=NS, watch_namespaces=[NS], lease=f"tk-{NS}-tensorkiln")
     comparison = compare(observe(LINES, OPERATOR), table)
     assert comparison.not_granted == ()
     assert Permission(NS, "tensorkiln.dev", "compilejobs", "create") not in comparison.unexercised
@@ -60,7 +60,7 @@ def test_compare_with_the_table_for_the_release_configuration():
 def test_calls_outside_the_table_and_urls_beyond_discovery_are_not_granted():
     observed = observe(LINES, OPERATOR)
     observed = Observed(observed.calls, observed.non_resource | {NonResourceCall("get", "/metrics")}, frozenset())
-    table = rbac.expected_permissions(release_namespace="other", watch_namespaces=["other"], peering=True)
+    table = rbac.expected_permissions(release_namespace="other", watch_namespaces=["other"], lease="tensorkiln")
     not_granted = compare(observed, table).not_granted
     assert Permission(NS, "apps", "deployments/scale", "patch", CJ) in not_granted  # another namespace's
     assert Permission(None, "", "nodes", "list") not in not_granted  # cluster-scoped

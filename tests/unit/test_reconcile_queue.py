@@ -9,6 +9,7 @@ from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.controllers import handlers
 from tensorkiln.controllers.workqueue import WorkQueue
 from tensorkiln.hardware.classes import discover
+from tensorkiln.leadership import Leadership
 from tensorkiln.settings import Settings
 
 
@@ -35,7 +36,9 @@ def wired():
     state = SimpleNamespace(get=lambda version, kind, ns, name: objects.get((kind, ns, name)))
     watch_cache = WatchCache()
     watch_cache.mark_filled()  # the informers have their first listings
-    context = SimpleNamespace(settings=Settings(slo_period_seconds=10), namespaces=[], cache=watch_cache, state=state)
+    context = SimpleNamespace(
+        settings=Settings(slo_period_seconds=10), namespaces=[], cache=watch_cache, state=state, leadership=Leadership()
+    )
     controller = handlers.Controller(context, WorkQueue(clock))
 
     def reconcile(body, forced=False):
@@ -322,7 +325,6 @@ def test_models_and_compile_jobs_queue_themselves_past_a_backoff_when_their_spec
 
 def test_the_first_listing_queues_every_object_once(wired):
     _, controller, *_ = wired
-    controller.context.peering = None
     controller.cache.stores["InferenceModel"].put(model("a"))
     controller.first_pass()
     items = []

@@ -60,7 +60,8 @@ def test_compile_pods_mount_the_push_secret_only():
         {"name": "tmp", "mountPath": "/tmp"},
         AUTH_MOUNT,
     ]
-    assert [e["name"] for e in container["env"]] == ["TENSORKILN_COMPILE_SPEC", "HOME", "DOCKER_CONFIG"]
+    names = ["TENSORKILN_COMPILE_SPEC", "HOME", "TENSORKILN_NAMESPACE", "DOCKER_CONFIG"]
+    assert [e["name"] for e in container["env"]] == names
     assert container["env"][-1] == AUTH_ENV
     assert "envFrom" not in container
     # The registry is a URI the compiler opens itself: the spec carries it as is.

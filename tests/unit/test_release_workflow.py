@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ WORKFLOW = ROOT / ".github" / "workflows" / "release.yaml"
 CHART = ROOT / "charts" / "tensorkiln"
 GO_MOD = ROOT / "localcluster" / "go" / "cluster" / "go.mod"
 VERSION_OUTPUT = "${{ needs.version.outputs.version }}"
+ENGINE_FETCH_OUTPUT = "${{ needs.version.outputs.engine-fetch }}"
+SERVING_VERSION = tomllib.loads((ROOT / "serving" / "pyproject.toml").read_text())["project"]["version"]
 
 
 def workflow() -> dict:
@@ -59,7 +62,7 @@ def test_the_version_is_the_tag_without_its_v(tmp_path):
     app_version = chart()["appVersion"]
     done, output = run_check(f"v{app_version}", ROOT, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert output.splitlines() == [f"version={app_version}"]
+    assert output.splitlines() == [f"version={app_version}", f"engine-fetch={SERVING_VERSION}"]
 
 
 @needs_bash
@@ -82,10 +85,12 @@ def test_a_tag_that_disagrees_with_the_chart_publishes_nothing(tmp_path, version
     repo = tmp_path / "repo"
     (repo / "charts" / "tensorkiln").mkdir(parents=True)
     (repo / "charts" / "tensorkiln" / "Chart.yaml").write_text(text)
+    (repo / "serving").mkdir()
+    (repo / "serving" / "pyproject.toml").write_text('[project]\nname = "s"\nversion = "0.4.1"\n')
     done, output = run_check(tag, repo, tmp_path)
     if passes:
         assert done.returncode == 0, done.stdout + done.stderr
-        assert output.splitlines() == [f"version={version}"]
+        assert output.splitlines() == [f"version={version}", "engine-fetch=0.4.1"]
     else:
         assert done.returncode != 0
         assert output == ""
@@ -104,7 +109,11 @@ def test_images_are_tagged_with_the_checked_version():
     images = workflow()["jobs"]["images"]
     (build,) = [s for s in images["steps"] if s.get("uses", "").startswith("docker/build-push-action@")]
     tags = build["with"]["tags"]
-    assert tags == f"ghcr.io/${{{{ github.repository_owner }}}}/${{{{ matrix.name }}}}:{VERSION_OUTPUT}"
+    tag = f"${{{{ matrix.name == 'engine-fetch' && {ENGINE_FETCH_OUTPUT[4:-3]} || {VERSION_OUTPUT[4:-3]} }}}}"
+    assert tags == f"ghcr.io/${{{{ github.repository_owner }}}}/${{{{ matrix.name }}}}:{tag}"
+    assert {"name": "engine-fetch", "dockerfile": "serving/engine-fetch.Dockerfile"} in images["strategy"]["matrix"][
+        "include"
+    ]
     assert "github.ref_name" not in tags
 
 
@@ -136,3 +145,5 @@ def test_the_charts_image_defaults_are_the_published_tags():
     assert values["image"]["tag"] == "", "empty: the operator image is pulled at appVersion"
     for key in ("compilerImage", "compilerGPUImage"):
         assert values[key].endswith(f":{app_version}"), f"{key} {values[key]} is not tagged {app_version}"
+    # engine-fetch by the serving distribution's version: a release that leaves its code alone rolls no Triton pod.
+    assert values["engineFetchImage"] == f"ghcr.io/tensorkiln/engine-fetch:{SERVING_VERSION}"

@@ -10,13 +10,16 @@ import asyncio
 from types import SimpleNamespace
 
 from tensorkiln.controllers import handlers
+from tensorkiln.leadership import Leadership
 from tensorkiln.settings import Settings
 
 from .test_watch_cache import filled, obj
 
 
 def controller(cache, **settings) -> handlers.Controller:
-    context = SimpleNamespace(settings=Settings(**settings), namespaces=[], cache=cache, state=None, peering=None)
+    context = SimpleNamespace(
+        settings=Settings(**settings), namespaces=[], cache=cache, state=None, leadership=Leadership()
+    )
     return handlers.Controller(context)
 
 

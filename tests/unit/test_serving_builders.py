@@ -234,6 +234,34 @@ def test_deployment_never_drops_capacity_and_rolls_only_on_engine_or_config(tmp_
     assert serving.build_pdb(model, target, 1) is None
 
 
+@pytest.mark.parametrize("case", ["tensorrt-h100", "openvino-cpu"])
+def test_a_new_compiler_image_or_version_leaves_the_triton_deployment_as_it_was(tmp_path, case):
+    """A chart upgrade that changes only compilerImage and compilerVersion rolls no Triton pod: engine-fetch runs
+    its own image (engineFetchImage), so the Deployment, pod template and its hash annotations are identical."""
+    compiler, kind, class_name = CASES[case]
+    model, target = sample_model(), CLASSES[class_name]
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, compiler, kind))
+    before = Settings(compiler_image="ghcr.io/tensorkiln/compiler:0.1.0", compiler_version="0.1.0")
+    after = Settings(
+        compiler_image="ghcr.io/tensorkiln/compiler@sha256:" + "ef" * 32, compiler_version="0.1.0+3a65e709f1c7"
+    )
+    deployments = [
+        serving.build_deployment(model, spec, target, DIGEST, config_map, 2, settings, engine_bytes=10 << 20)
+        for settings in (before, after)
+    ]
+    assert deployments[0] == deployments[1]
+    (fetch,) = deployments[0]["spec"]["template"]["spec"]["initContainers"]
+    assert fetch["image"] == before.engine_fetch_image == "ghcr.io/tensorkiln/engine-fetch:0.1.0"
+    assert fetch["command"] == ["tensorkiln-engine-fetch"]
+    # Its own image is part of the template: a new engine-fetch rolls the pods (maxUnavailable 0).
+    pinned = Settings(engine_fetch_image="registry.example.test/engine-fetch@sha256:" + "cd" * 32)
+    rolled = serving.build_deployment(model, spec, target, DIGEST, config_map, 2, pinned, engine_bytes=10 << 20)
+    assert rolled["spec"]["template"]["spec"]["initContainers"][0]["image"] == pinned.engine_fetch_image
+    assert rolled["spec"]["template"] != deployments[0]["spec"]["template"]
+    assert rolled["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
 def test_hpa_mode_golden_and_the_deployment_leaves_replicas_to_it(tmp_path, golden):
     model = sample_model()
     model["spec"]["slo"] |= {"mode": "HPA", "minReplicas": 2, "scaleDownStabilizationSeconds": 120}
@@ -255,6 +283,87 @@ def test_a_gpu_class_always_gets_its_gpu_whatever_resources_the_user_asks_for():
         "requests": {"cpu": "1", "memory": "2Gi"},
         "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"},
     }
-    assert serving.triton_resources({"limits": {"nvidia.com/gpu": "2"}}, gpu) == {"limits": {"nvidia.com/gpu": "2"}}
+    # GPUs alone: the GPU default's cpu and memory besides.
+    assert serving.triton_resources({"limits": {"nvidia.com/gpu": "2"}}, gpu) == {
+        "requests": {"cpu": "2", "memory": "8Gi"},
+        "limits": {"nvidia.com/gpu": "2", "memory": "8Gi"},
+    }
     assert serving.triton_resources(asked, cpu) == asked
     assert serving.triton_resources(None, gpu) == serving.DEFAULT_RESOURCES["GPU"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "asked", "expected"),
+    [
+        # The defaults: memory limited at the request, no CPU limit.
+        ("GPU", None, {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi", "nvidia.com/gpu": "1"}}),
+        ("CPU", None, {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}),
+        # A small request keeps the default's limit (the simulated engine's replicas, packed on local-0); a
+        # large one is limited at itself.
+        ("CPU", {"requests": {"cpu": "100m", "memory": "256Mi"}},
+         {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}),
+        ("GPU", {"requests": {"memory": "24Gi"}},
+         {"requests": {"memory": "24Gi", "cpu": "2"}, "limits": {"nvidia.com/gpu": "1", "memory": "24Gi"}}),
+        # A limit alone is the request too, as the API server defaults it.
+        ("CPU", {"limits": {"cpu": "2", "memory": "3Gi"}},
+         {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "2", "memory": "3Gi"}}),
+    ],
+)  # fmt: skip
+def test_triton_has_cpu_and_memory_requests_and_a_memory_limit(tmp_path, kind, asked, expected):
+    target = CLASSES["nvidia-l4"] if kind == "GPU" else CLASSES["cpu-amd64-intel-amx"]
+    model = sample_model()
+    if asked is not None:
+        model["spec"]["serving"] = {**model["spec"].get("serving", {}), "resources": asked}
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "OnnxRuntime", kind))
+    pod = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, Settings())["spec"]["template"]["spec"]
+    (triton,) = pod["containers"]
+    assert triton["resources"] == expected
+
+
+def test_engine_fetch_has_small_fixed_resources_and_no_cpu_limit(tmp_path):
+    for target in (CLASSES["nvidia-l4"], CLASSES["cpu-amd64-intel-amx"]):
+        model = sample_model()
+        spec = normalised_spec(model)
+        config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "OnnxRuntime", target.kind))
+        deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, Settings())
+        (fetch,) = deployment["spec"]["template"]["spec"]["initContainers"]
+        assert fetch["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def pod_volumes(tmp_path, settings: Settings, **sized) -> dict[str, dict]:
+    model, target = sample_model(), CLASSES["nvidia-l4"]
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"))
+    deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 1, settings, **sized)
+    return {v["name"]: v["emptyDir"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "emptyDir" in v}
+
+
+def test_the_model_repository_is_sized_from_the_engine_and_tmp_is_small(tmp_path):
+    # Unknown engine: the setting's size.
+    assert pod_volumes(tmp_path, Settings()) == {"models": {"sizeLimit": "16Gi"}, "tmp": {"sizeLimit": "256Mi"}}
+    assert pod_volumes(tmp_path, Settings(model_repository_size_limit="40960Mi"))["models"] == {"sizeLimit": "40Gi"}
+    # Known: the engine twice (a restarted pod's engine-fetch stages a new copy beside the old one), 256 MiB
+    # more, 1 GiB at least.
+    assert pod_volumes(tmp_path, Settings(), engine_bytes=3 << 30)["models"] == {"sizeLimit": "6400Mi"}
+    assert pod_volumes(tmp_path, Settings(), engine_bytes=(3 << 30) + 1)["models"] == {"sizeLimit": "6401Mi"}
+    assert pod_volumes(tmp_path, Settings(), engine_bytes=10 << 20)["models"] == {"sizeLimit": "1Gi"}
+    engine = manifest(tmp_path, "TensorRT", "GPU")
+    assert serving.engine_size(engine) == sum(a.size for a in engine.artifacts) > 0
+
+
+def test_replicas_spread_over_their_pools_nodes_and_each_rollout_on_its_own(tmp_path):
+    model, target = sample_model(), CLASSES["nvidia-l4"]
+    spec = normalised_spec(model)
+    config_map = serving.build_config_map(model, spec, target, manifest(tmp_path, "TensorRT", "GPU"))
+    deployment = serving.build_deployment(model, spec, target, DIGEST, config_map, 3, Settings())
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        # A preference: a hard constraint would leave a one-node pool's second replica Pending.
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
+    assert spread["labelSelector"]["matchLabels"] == deployment["spec"]["template"]["metadata"]["labels"]

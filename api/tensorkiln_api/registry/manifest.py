@@ -210,6 +210,13 @@ class EngineManifest(_Model):
         exclude_if=lambda value: value is None,
         description="an oci:// source's manifest, which an OCI engine registry links the engine to (subject)",
     )
+    namespace: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="the namespace whose compile published it; a CompileJob of another namespace reuses it only "
+        "after its own compile pod fetched the source and checked its digest (unless engines are shared "
+        "cluster-wide). None: published before it was recorded, or by the local cluster's tools",
+    )
 
     @property
     def batched(self) -> bool:

@@ -122,3 +122,9 @@ true
 true
 {{- end -}}
 {{- end -}}
+
+{{- define "tensorkiln.usePrometheusRule" -}}
+{{- if and .Values.alerts.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule") -}}
+true
+{{- end -}}
+{{- end -}}

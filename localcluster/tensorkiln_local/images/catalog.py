@@ -1,9 +1,9 @@
 """The images TensorKiln ships and the ones its local cluster runs, with what each is built from.
 
-Product images (operator, compiler, serving) are what a user's cluster pulls; each Dockerfile takes
-its Python base as the build argument BASE (python:3.11-slim on a build host with Docker Hub, a
-Debian-made base here). Cluster images (pause, coredns, cert-manager) exist only for the local
-cluster: a static Go binary in an image FROM scratch.
+Product images (operator, compiler, engine-fetch, serving) are what a user's cluster pulls; each
+Dockerfile takes its Python base as the build argument BASE (python:3.11-slim on a build host with
+Docker Hub, a Debian-made base here). Cluster images (pause, coredns, cert-manager) exist only for
+the local cluster: a static Go binary in an image FROM scratch.
 
 `inputs` are the repository paths the Dockerfile copies: with the Dockerfile and the base, they
 are the image's cache key, so an unchanged tree rebuilds nothing.
@@ -52,6 +52,9 @@ _COMPILER = (
     "serving/pyproject.toml",
     "serving/tensorkiln_serving",
 )
+# Triton pods' init container: the contract and the serving side alone, so that its key (the tag and digest the
+# local install pins) changes only with engine-fetch's own code, never with the compiler's.
+_ENGINE_FETCH = (*_CONTRACT, "serving/pyproject.toml", "serving/tensorkiln_serving")
 
 # The images the local cluster runs (`prepare` and `install` build them).
 LOCAL_PRODUCT = (
@@ -64,6 +67,7 @@ LOCAL_PRODUCT = (
         user="65532",
         build_args=(("SERVING_TARGET", SERVING_TARGET),),
     ),
+    Image("engine-fetch", "serving/engine-fetch.Dockerfile", _ENGINE_FETCH, user="65532"),
     Image(
         "serving",
         "serving/Dockerfile",

@@ -3,8 +3,10 @@
 import hashlib
 import json
 
-from tensorkiln.builders import labels, storage
+from tensorkiln.builders import labels, resources, storage
+from tensorkiln.builders.compilejob import DEFAULT_RESOURCES
 from tensorkiln.builders.naming import bounded_name
+from tensorkiln.settings import Settings
 
 # The compiler exits with this code for bad input (unreadable model, wrong digest, ...):
 # retrying cannot help, so the Job fails at once instead of burning its retry budget.
@@ -51,10 +53,13 @@ def build_job(
     push_secret: str | None = None,
     oci_insecure: bool = False,
     image_pull_secrets: tuple[str, ...] = (),
+    work_size_limit: str = Settings.compile_work_size_limit,
+    tmp_size_limit: str = Settings.compile_tmp_size_limit,
 ) -> dict:
     """The Job; `registry_secret` names a Secret whose keys become env (S3 credentials); with an oci://
     registry, `push_secret` names a docker-config Secret mounted as the compiler's $DOCKER_CONFIG;
-    `image_pull_secrets`, what the kubelet pulls the compiler image with."""
+    `image_pull_secrets`, what the kubelet pulls the compiler image with; `work_size_limit` and
+    `tmp_size_limit`, the sizeLimits of its /work and /tmp emptyDirs (Settings.compile_*_size_limit)."""
     spec = compile_job["spec"]
     hardware = spec["hardware"]
     source = storage.model_source(spec["source"]["uri"])
@@ -83,10 +88,14 @@ def build_job(
             {"name": SPEC_ENV, "value": json.dumps(pod_spec_json, sort_keys=True, separators=(",", ":"))},
             # The root filesystem is read-only; OpenVINO and NNCF write caches under $HOME.
             {"name": "HOME", "value": "/tmp"},
+            # Recorded in the engine's manifest: another namespace reuses it only after fetching the source.
+            {"name": "TENSORKILN_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             *credentials.env,
             *source_secret.env,
         ],
-        "resources": hardware.get("resources", {}),
+        # The CompileJob's resources (its DEFAULT_RESOURCES when the model sets none), with a cpu and memory
+        # request and a memory limit whatever the model set; a CPU limit only where given (the CPU class's default).
+        "resources": resources.bounded(hardware.get("resources") or {}, DEFAULT_RESOURCES[hardware["kind"]]),
         "securityContext": RESTRICTED_CONTAINER,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -119,8 +128,8 @@ def build_job(
         "enableServiceLinks": False,
         "containers": [container],
         "volumes": [
-            {"name": "work", "emptyDir": {}},
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "work", "emptyDir": {"sizeLimit": resources.mebibytes(work_size_limit)}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": resources.mebibytes(tmp_size_limit)}},
             *source.volumes,
             *registry.volumes,
             *credentials.volumes,

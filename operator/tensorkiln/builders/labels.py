@@ -6,6 +6,7 @@ MODEL = "tensorkiln.dev/model"
 HARDWARE_CLASS = "tensorkiln.dev/hardware-class"
 COMPILE_JOB = "tensorkiln.dev/compile-job"
 OPTIONS_HASH = "tensorkiln.dev/options-hash"
+RECOMPILE = "tensorkiln.dev/recompile"  # a compile Job for a target that already serves an engine
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tensorkiln"}
 
 

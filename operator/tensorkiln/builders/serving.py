@@ -21,15 +21,44 @@ CONFIG_DIR = "/etc/tensorkiln/triton"
 PORTS = (("http", 8000), ("grpc", 8001), ("metrics", 8002))
 # How long a deleted Triton pod keeps serving before SIGTERM: kube-proxy syncs within a second or two.
 ENDPOINT_REMOVAL_SECONDS = 5
+# spec.serving.resources unset. Memory limited at the request (a replica never takes more of its node than
+# the scheduler counted on; Triton with the serving image's backends peaked at 368 MB RSS serving the OCR
+# detector with onnxruntime at up to 960x960 and with OpenVINO beside it); no CPU limit: a CFS quota throttles
+# Triton's threads into latency spikes.
 DEFAULT_RESOURCES = {
-    "GPU": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: "1"}},
-    "CPU": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+    "GPU": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi", GPU_RESOURCE: "1"}},
+    "CPU": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
 }
+# engine-fetch streams each artifact to disk in 1 MiB chunks and hashes it from there (tensorkiln_api.registry
+# base.Registry.fetch), so its memory does not grow with the engine: 38 MB peak RSS fetching a 600 MiB engine
+# from a file:// registry, 52 MB with the S3 and OCI clients imported. The limit leaves room for the page cache
+# its writes are charged with; no CPU limit, as Triton's (hashing a large engine may use a whole core).
+ENGINE_FETCH_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+# The model repository holds the engine twice while a restarted pod's engine-fetch stages a new copy beside
+# the old one (enginefetch.lay_out), plus config.pbtxt and the python backend's runner.
+MODEL_REPOSITORY_HEADROOM_BYTES = 256 << 20
+MODEL_REPOSITORY_MIN_BYTES = 1 << 30
+# Triton's /tmp: the python backend's (empty) python_env_* directories; nothing else writes there.
+TMP_SIZE_LIMIT = "256Mi"
 
 
 def triton_resources(requested: dict | None, target: HardwareClass) -> dict:
-    """spec.serving.resources, else the class kind's defaults, with the GPU of a GPU class."""
-    return resources.for_class(requested, DEFAULT_RESOURCES, target)
+    """spec.serving.resources, else the class kind's defaults, with the GPU of a GPU class, and the cpu and
+    memory requests and memory limit every container gets (resources.bounded)."""
+    return resources.bounded(resources.for_class(requested, DEFAULT_RESOURCES, target), DEFAULT_RESOURCES[target.kind])
+
+
+def engine_size(manifest: EngineManifest) -> int:
+    """Bytes the engine's artifacts take on disk."""
+    return sum(artifact.size for artifact in manifest.artifacts)
+
+
+def model_repository_size_limit(engine_bytes: int | None, settings: Settings) -> str:
+    """The sizeLimit of the Triton pod's model repository emptyDir: twice the engine with some headroom, at
+    least 1 GiB; settings.model_repository_size_limit where the engine's size is not known."""
+    if engine_bytes is None:
+        return resources.mebibytes(settings.model_repository_size_limit)
+    return resources.mebibytes(max(2 * engine_bytes + MODEL_REPOSITORY_HEADROOM_BYTES, MODEL_REPOSITORY_MIN_BYTES))
 
 
 def target_name(model_name: str, target: HardwareClass) -> str:
@@ -84,9 +113,12 @@ def build_deployment(
     config_map: dict,
     replicas: int | None,
     settings: Settings,
+    *,
+    engine_bytes: int | None = None,
 ) -> dict:
     """Triton for one target. The engine digest and config digest annotate the pod template, so a
-    new engine or config rolls the pods (maxUnavailable 0: capacity never drops) and nothing else does."""
+    new engine or config rolls the pods (maxUnavailable 0: capacity never drops) and nothing else does.
+    `engine_bytes` (engine_size of its manifest) sizes the model repository; None: the settings' size."""
     name = target_name(model["metadata"]["name"], target)
     pod_labels = selector(model, target)
     registry = storage.registry(settings.registry_uri)
@@ -107,9 +139,10 @@ def build_deployment(
         fetch_args.append("--python-backend")
     engine_fetch = {
         "name": "engine-fetch",
-        "image": settings.compiler_image,
+        "image": settings.engine_fetch_image,  # its own image: a new compiler rolls no Triton pod
         "command": ["tensorkiln-engine-fetch"],
         "args": fetch_args,
+        "resources": ENGINE_FETCH_RESOURCES,
         "securityContext": RESTRICTED_CONTAINER,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
@@ -170,9 +203,20 @@ def build_deployment(
             if settings.image_pull_secrets
             else {}
         ),
+        # The target's replicas spread over its pool's nodes, each rollout's ReplicaSet on its own
+        # (pod-template-hash): a preference, as a hard constraint would leave replicas Pending on a one-node pool.
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": pod_labels},
+                "matchLabelKeys": ["pod-template-hash"],
+            }
+        ],
         "volumes": [
-            {"name": "models", "emptyDir": {}},
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "models", "emptyDir": {"sizeLimit": model_repository_size_limit(engine_bytes, settings)}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
             {"name": "triton-config", "configMap": {"name": config_map["metadata"]["name"]}},
             *registry.volumes,
             *credentials.volumes,

@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from kubernetes import client
 from tensorkiln_api.registry import EngineNotFound, Registry, RegistryError, RegistryUnavailable
 
+from tensorkiln.builders import naming
 from tensorkiln.builders.compilejob import cache_key
 from tensorkiln.builders.job import build_job, job_name
+from tensorkiln.builders.labels import RECOMPILE
 from tensorkiln.cluster.state import ClusterState
+from tensorkiln.controllers import recompiles
 from tensorkiln.controllers.backoff import Backoff
 from tensorkiln.controllers.failures import cleared
 from tensorkiln.observability import metrics as own_metrics
@@ -41,6 +44,25 @@ RECONCILED = "Reconciled"  # set only while reconciling the CompileJob fails (ha
 
 # How long a CompileJob waits before asking an unreachable registry again.
 REGISTRY_BACKOFF = Backoff(first=5.0, cap=80.0)
+RECOMPILE_SLOTS = recompiles.RecompileSlots()  # the operator's, across its reconcile workers
+QUEUED = "RecompileQueued"
+
+
+def recompile_queued(compile_job: dict, in_flight: int, limit: int, now: datetime) -> dict:
+    """A served target's compile waiting for a slot: Pending, the engine it replaces serving meanwhile."""
+    generation = compile_job["metadata"].get("generation", 1)
+    message = (
+        f"{in_flight} recompiles of served models run, at most {limit} at once (maxConcurrentRecompiles): this one "
+        "waits, and the engine it replaces keeps serving"
+    )
+    old = compile_job.get("status", {})
+    return {
+        "observedGeneration": generation,
+        "phase": "Pending",
+        "conditions": merge_conditions(
+            old.get("conditions"), [condition("Compiled", None, QUEUED, message)], generation, now
+        ),  # fmt: skip
+    }
 
 
 def _registry_unavailable(compile_job: dict, error: RegistryError, failures: int, delay: float) -> dict:
@@ -92,6 +114,8 @@ class Observed:
     published: Published | None = None  # the engine its compile pod reported, read back
     registry_error: RegistryUnavailable | None = None
     if_registry_fails: tuple[int, float] = (1, 0.0)  # (failures, next try in s) were this a failure
+    served: bool = False  # its target's Deployment exists: a compile now is a recompile (controllers.recompiles)
+    recompiles_running: frozenset[tuple[str, str]] = frozenset()  # read only when `served` and no Job yet
 
 
 @dataclass(frozen=True)
@@ -104,6 +128,7 @@ class Decision:
     create_job: dict | None = None  # created once: a Job's pod template is immutable, so never re-applied
     registry: str | None = None  # "answered", "failed" or None (not asked)
     retry_after: str | None = None  # the cluster's fault the new Job is a retry after
+    recompile: bool = False  # create_job recompiles a served target: it needs one of the bounded slots
 
 
 def observe(
@@ -120,6 +145,11 @@ def observe(
     )  # fmt: skip
     if found.registry_waits or (wanted not in jobs and _settled(compile_job)):
         return found
+    if wanted not in jobs:
+        spec = compile_job["spec"]
+        target = naming.target_name(spec["modelName"], spec["hardware"]["className"])
+        if state.get("apps/v1", "Deployment", namespace, target) is not None:
+            found = replace(found, served=True, recompiles_running=recompiles.running(state.cache.all("Job")))
     try:
         key = cache_key(compile_job, settings) if wanted not in jobs else None
         if key is not None:
@@ -155,6 +185,15 @@ def _backoff_key(compile_job: dict) -> str:
     return meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
 
 
+def reusable(published: Published, namespace: str, share_engines: bool) -> bool:
+    """Whether a cached engine serves this namespace's CompileJob without a compile pod (pure). One that
+    another namespace's compile published (or an older one that does not say) waits for this namespace's
+    compile pod to fetch the source with its own credentials and check the digest: it then finds the
+    engine and reports it, compiling nothing. Placeholders (a simulation, a test seed) hold no one's model."""
+    manifest = published.manifest
+    return share_engines or manifest.namespace == namespace or manifest.origin != "compiled"
+
+
 def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
     """Pure: from what was observed, the Jobs to delete and create and the status to commit."""
     compile_job = observed.compile_job
@@ -169,13 +208,14 @@ def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
         status = _registry_unavailable(compile_job, observed.registry_error, failures, delay)
         return Decision(status, superseded, registry="failed")
     if job is None:
-        if observed.cache_hit is not None:
-            return Decision(cache_hit_status(compile_job, observed.cache_hit, now), superseded, registry="answered")
+        hit = observed.cache_hit
+        if hit is not None and reusable(hit, compile_job["metadata"]["namespace"], settings.share_engines):
+            return Decision(cache_hit_status(compile_job, hit, now), superseded, registry="answered")
         refused = refused_compile_job_status(compile_job, settings.model_file_roots, now)
         if refused is not None:
             return Decision(refused, superseded, registry="answered")
-        job = _job(compile_job, settings)
-        return Decision(_mirrored(observed, job, now), superseded, create_job=job, registry="answered")
+        job = _job(compile_job, settings, recompile=observed.served)
+        return Decision(_mirrored(observed, job, now), superseded, job, "answered", recompile=observed.served)
     status = _mirrored(observed, job, now)
     fault = cluster_fault(compile_job, job, observed.pod, observed.published) if status["phase"] == "Failed" else None
     if fault and status.get("clusterRetries", 0) < CLUSTER_RETRY_BUDGET:
@@ -188,14 +228,19 @@ def decide(observed: Observed, settings: Settings, now: datetime) -> Decision:
     return Decision(status, superseded, registry="answered")
 
 
-def _job(compile_job: dict, settings: Settings) -> dict:
-    return build_job(
+def _job(compile_job: dict, settings: Settings, recompile: bool = False) -> dict:
+    job = build_job(
         compile_job,
         settings.registry_secret,
         push_secret=settings.registry_push_secret,
         oci_insecure=settings.oci_insecure,
         image_pull_secrets=settings.image_pull_secrets,
+        work_size_limit=settings.compile_work_size_limit,
+        tmp_size_limit=settings.compile_tmp_size_limit,
     )
+    if recompile:  # counted by controllers.recompiles
+        job["metadata"]["labels"] = {**job["metadata"]["labels"], RECOMPILE: "true"}
+    return job
 
 
 def _mirrored(observed: Observed, job: dict, now: datetime) -> dict:
@@ -215,17 +260,20 @@ def reconcile(
     caller's Events."""
     observed = observe(state, compile_job, registry, settings, backoff)
     decision = decide(observed, settings, datetime.now(UTC))
-    status = apply(state, observed, decision, backoff)
+    status = apply(state, observed, decision, backoff, settings.max_concurrent_recompiles)
     return commit(state, compile_job, status)
 
 
-def apply(state: ClusterState, observed: Observed, decision: Decision, backoff: Backoff) -> dict:
-    """The writes; returns the status to commit: the decision's, or JobRefused when the API server
-    refuses the Job as invalid."""
+def apply(
+    state: ClusterState, observed: Observed, decision: Decision, backoff: Backoff, max_recompiles: int = 0
+) -> dict:
+    """The writes; returns the status to commit: the decision's, JobRefused when the API server
+    refuses the Job as invalid, or RecompileQueued when a recompile finds no free slot."""
     compile_job = observed.compile_job
     namespace = compile_job["metadata"]["namespace"]
     key = _backoff_key(compile_job)
     if decision.registry == "failed":
+        own_metrics.record_registry_error()
         failures, delay = backoff.failed(key, time.monotonic())
         log.warning("registry unavailable (attempt %d, next in %.0f s): %s", failures, delay, observed.registry_error)
     elif decision.registry == "answered":
@@ -237,6 +285,13 @@ def apply(state: ClusterState, observed: Observed, decision: Decision, backoff: 
         log.info("deleted Job %s/%s: superseded or retried", namespace, name)
     if decision.create_job is None:
         return decision.status
+    if decision.recompile:
+        meta = compile_job["metadata"]
+        free, in_flight = RECOMPILE_SLOTS.take(
+            (meta["namespace"], meta["name"]), observed.recompiles_running, max_recompiles, time.monotonic()
+        )
+        if not free:
+            return recompile_queued(compile_job, in_flight, max_recompiles, datetime.now(UTC))
     if decision.retry_after:
         log.warning("compile Job %s/%s failed for the cluster's fault: %s", namespace, job_name(compile_job),
                     decision.retry_after)  # fmt: skip

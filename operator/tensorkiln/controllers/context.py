@@ -1,7 +1,7 @@
 """What the handlers, the work queue's workers and the admission webhook share: the settings, the
-watched namespaces, the watch cache and the clients. The runner (operator_runner.run) builds one
-and passes it in; nothing is created at import time, so importing a module opens no connection
-and reads no environment."""
+watched namespaces, the watch cache, the clients and whether this replica leads. The runner
+(operator_runner.run) builds one and passes it in; nothing is created at import time, so importing
+a module opens no connection and reads no environment."""
 
 import threading
 
@@ -11,7 +11,7 @@ from tensorkiln_api.registry import Registry, open_registry
 from tensorkiln import kube
 from tensorkiln.cluster.cache import WatchCache
 from tensorkiln.cluster.state import ClusterState
-from tensorkiln.peering import new_identity as peering_identity
+from tensorkiln.leadership import Leadership, Timings, new_identity
 from tensorkiln.scaling import metrics
 from tensorkiln.scaling.scaler import Scaler
 from tensorkiln.settings import Settings
@@ -25,13 +25,12 @@ class OperatorContext:
         api: client.ApiClient,
         cache: WatchCache,
         *,
-        peering: str | None = None,
-        identity: str = "",
+        leadership: Leadership | None = None,
     ):
         self.settings = settings
         self.namespaces = namespaces  # empty: every namespace
-        self.peering = peering  # the kopf peering object joined; None: standalone
-        self.identity = identity  # this operator's entry in it
+        # The Lease this replica campaigns for; without one it leads alone.
+        self.leadership = leadership or Leadership()
         self.state = ClusterState(api, cache)
         prometheus = metrics.connect(settings.prometheus_url) if settings.prometheus_url else None
         self.scaler = Scaler(
@@ -41,10 +40,14 @@ class OperatorContext:
         self._registry_lock = threading.Lock()
 
     @classmethod
-    def build(cls, settings: Settings, namespaces: list[str], peering: str | None = None) -> "OperatorContext":
-        """The operator's context: clients from the pod's ServiceAccount or the kubeconfig."""
-        identity = peering_identity()
-        return cls(settings, namespaces, kube.api_client(), WatchCache(), peering=peering, identity=identity)
+    def build(
+        cls, settings: Settings, namespaces: list[str], lease: str | None, lease_namespace: str, timings: Timings
+    ) -> "OperatorContext":
+        """The operator's context: clients from the pod's ServiceAccount or the kubeconfig; with a
+        `lease`, a replica that leads only once elected on it."""
+        api = kube.api_client()
+        leadership = Leadership(api, lease, lease_namespace, new_identity(), timings)
+        return cls(settings, namespaces, api, WatchCache(), leadership=leadership)
 
     @property
     def cache(self) -> WatchCache:

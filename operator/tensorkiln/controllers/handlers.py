@@ -1,5 +1,5 @@
 """The operator's controller: what queues each object, and its reconciles (kopf runs the startup
-and cleanup handlers, the probes, the admission webhook and peering; it watches no object).
+and cleanup handlers, the probes and the admission webhook; it watches no object).
 
 Reconciliation is level-based and goes through one work queue (controllers.workqueue): a few
 worker threads, one reconcile at a time per object, a failing object retried after its backoff,
@@ -11,6 +11,10 @@ operator-wide resync loop queues every object again now and then, so that a miss
 converges. Reconciles and the resync read from the watch cache (tensorkiln.cluster.cache), and
 none runs before it holds every kind's first listing, so in steady state and at a restart they make
 no GET or LIST.
+
+Of several replicas (the chart's Deployment), only the one that leads (tensorkiln.leadership)
+reconciles; the others keep their caches filled and drop what they would queue. Elected, a replica
+queues every object, as at a start.
 
 Why not kopf's create/update/resume handlers, which queued models and CompileJobs before: kopf
 writes its own annotations on every object it handles (two more patches per model), keeps a
@@ -29,16 +33,14 @@ import time
 from datetime import UTC, datetime
 
 import kopf
-import urllib3
-from kubernetes import client
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError
 from tensorkiln_api import API_VERSION
 from tensorkiln_api.registry import RegistryError
 
-from tensorkiln import apierrors, memory, peering
+from tensorkiln import apierrors, memory
 from tensorkiln.builders.labels import COMPILE_JOB
 from tensorkiln.cluster.informer import start_informers
-from tensorkiln.controllers import compilejob, events, failures, inferencemodel, workqueue
+from tensorkiln.controllers import compilejob, events, failures, inferencemodel, recompiles, workqueue
 from tensorkiln.controllers.context import OperatorContext
 from tensorkiln.controllers.observed import scaled_by_operator
 from tensorkiln.hardware.classes import discovery_key
@@ -48,7 +50,6 @@ from tensorkiln.observability import metrics as own_metrics
 NOT_FILLED_RETRY_SECONDS = 1.0  # a reconcile queued before the cache serves waits this long, again
 # What a model owns: a change to one by anyone else (a status, an edit, a deletion) reconciles the model.
 MODEL_OWNED = {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
-PEERING_CHECK_SECONDS = 10.0  # how soon a peer that starts acting pauses this operator
 STUCK_SECONDS = 120  # a reconcile running longer is reported at every resync pass
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,9 @@ def _observed(kind: str):
 
     def decorate(reconcile_one):
         @functools.wraps(reconcile_one)
-        def run(self, body) -> None:
+        def run(self, body) -> float | None:
             with logs.about(body), own_metrics.reconciling(kind):
-                reconcile_one(self, body)
+                return reconcile_one(self, body)
 
         return run
 
@@ -101,7 +102,7 @@ class Controller:
         self.queue = queue if queue is not None else workqueue.WorkQueue()
         self.failures = failures.FailureTracker()
         self.last_resync: float | None = None  # time.monotonic() when the resync loop last finished a pass
-        self.paused_by: list[str] = []
+        self.leading = context.leadership.leading
         self._forced: set[tuple[str, str, str]] = set()  # spec changed since queued: try despite a backoff
         self._forced_guard = threading.Lock()
         self._node_keys: dict[str, tuple] = {}  # by node name: what discovery reads of it (classes.discovery_key)
@@ -162,55 +163,47 @@ class Controller:
     def stop_workers(self, **_) -> None:
         self.queue.shutdown()
 
+    def stand_for_leader(self, **_) -> None:
+        self.context.leadership.start(on_elected=self.elected)
+
+    def step_down(self, **_) -> None:
+        """After the workers stopped: a standby takes over within its retry period."""
+        self.context.leadership.release()
+
     # -- the resync loop
 
     def first_pass(self) -> None:
         """Once every informer has its first listing (an informer's thread): queue every object,
-        as a start or a restart must, unless a peer acts."""
+        as a start or a restart must, if this replica leads (else `elected` will)."""
+        self._queue_everything("first pass")
+
+    def elected(self) -> None:
+        """This replica now leads (the election's thread): queue every object, once the cache
+        holds them (else `first_pass` will)."""
+        if self.cache.filled:
+            self._queue_everything("election")
+
+    def _queue_everything(self, why: str) -> None:
         try:
-            if not self._paused():
+            if self.leading():
                 self.resync_all()
         except Exception:  # the resync loop's next pass queues them
-            log.exception("first pass failed; the resync loop queues every object at its next pass")
+            log.exception("%s: queueing every object failed; the resync loop's next pass does", why)
 
     async def resync_forever(self) -> None:
-        """Every tick, whether a peer acts (which pauses every reconcile); every resync_seconds a
-        pass. The first pass is `first_pass`, when the cache fills."""
-        tick = min(self.settings.resync_seconds, PEERING_CHECK_SECONDS)
-        next_pass = time.monotonic() + self.settings.resync_seconds
+        """Every resync_seconds, a pass while this replica leads. The first pass is `first_pass`,
+        when the cache fills, or `elected`."""
         while True:
-            await asyncio.sleep(tick)
+            await asyncio.sleep(self.settings.resync_seconds)
+            if not (self.leading() and self.cache.filled):
+                continue
             try:
-                if await asyncio.to_thread(self._paused):
-                    continue
-                if not self.cache.filled or time.monotonic() < next_pass:
-                    continue
                 await asyncio.to_thread(self.resync_all)
             except Exception:  # whatever went wrong, the loop must outlive it: nothing converges without it
                 log.exception("resync pass failed; retrying at the next pass")
                 continue
             memory.release_free()  # what converging freed goes back to the system
             self.last_resync = time.monotonic()
-            next_pass = self.last_resync + self.settings.resync_seconds
-
-    def _paused(self) -> bool:
-        """Whether a peer operator acts now (kopf has paused our handlers too): skip this pass.
-        Unknown (the API server unreachable) counts as paused: acting twice is the worse mistake."""
-        context = self.context
-        if context.peering is None:
-            return False
-        try:
-            peers = peering.paused_by(context.state.custom, context.peering, context.identity, context.namespaces)
-        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as error:
-            log.warning("resync: cannot read the peering object, skipping this pass: %s", error)
-            return True
-        if peers != self.paused_by:
-            if peers:
-                log.info("resync paused in favour of %s", ", ".join(peers))
-            else:
-                log.info("resync resumed: no peer acts")
-            self.paused_by = peers
-        return bool(peers)
 
     def resync_all(self) -> None:
         """Queue every InferenceModel and CompileJob (as the cache has them once the first
@@ -248,8 +241,8 @@ class Controller:
         with self._forced_guard:
             forced = item in self._forced
             self._forced.discard(item)
-        if self.paused_by:
-            return  # a peer acts; the resync queues everything again once it leaves
+        if not self.leading():
+            return  # a standby: elected, it queues everything again
         body = self.context.state.get(API_VERSION, kind, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
@@ -264,15 +257,15 @@ class Controller:
 
     def _guarded(self, body, forced: bool, reconcile_one, condition_type: str) -> float | None:
         """Reconcile one object; a failure goes to its status (controllers.failures), never up.
-        Returns the seconds until it should be tried again (its backoff), None when it succeeded.
-        Within its backoff it is not tried, unless `forced` (its spec changed)."""
+        Returns the seconds until it should be tried again (its backoff, or what a successful reconcile
+        asked for), None when it is done. Within its backoff it is not tried, unless `forced` (its spec changed)."""
         obj = _plain(body)
         key = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
         wait = self.failures.wait_left(key, time.monotonic())
         if not forced and wait > 0:
             return wait
         try:
-            reconcile_one(obj)
+            again = reconcile_one(obj)
         except Exception as error:
             if _gone(error):
                 with logs.about(obj):
@@ -280,7 +273,7 @@ class Controller:
                 return None
             return self._reconcile_failed(obj, key, error, condition_type)
         self.failures.succeeded(key)
-        return None
+        return again
 
     def _reconcile_failed(self, obj: dict, key: str, error: Exception, condition_type: str) -> float:
         recorded = self.failures.failed(key, error, time.monotonic())
@@ -316,7 +309,8 @@ class Controller:
         return self._guarded(body, forced, self._reconcile_compile_job, compilejob.RECONCILED)
 
     @_observed("CompileJob")
-    def _reconcile_compile_job(self, body: dict) -> None:
+    def _reconcile_compile_job(self, body: dict) -> float | None:
+        """None, or the seconds after which a recompile waiting for a slot asks again."""
         state = self.context.state
         old, new = compilejob.reconcile(state, body, self.context.registry(), self.settings)
         own_metrics.record_compile_transition(body, old, new)
@@ -326,6 +320,8 @@ class Controller:
                 (c["message"] for c in new.get("conditions", []) if c["type"] == "Compiled"), ""
             )
             events.post(state.core, dict(body), "Warning" if failed else "Normal", f"Compile{new['phase']}", message)
+        compiled = next((c for c in new.get("conditions", []) if c["type"] == "Compiled"), {})
+        return recompiles.WAIT_SECONDS if compiled.get("reason") == compilejob.QUEUED else None
 
     # -- events: queue what the event concerns
 
@@ -379,6 +375,7 @@ def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Contr
     controller = Controller(context)
     own_metrics.WORKQUEUE_DEPTH.set_function(lambda: len(controller.queue))
     own_metrics.WORKQUEUE_LONGEST_RUNNING.set_function(lambda: controller.queue.longest_running()[1])
+    own_metrics.LEADING.set_function(lambda: 1 if controller.leading() else 0)
     on = kopf.on
     on.startup(id="configure", registry=registry)(configure)
     on.startup(id="start_cache", registry=registry)(controller.start_cache)
@@ -391,4 +388,7 @@ def register(registry: kopf.OperatorRegistry, context: OperatorContext) -> Contr
     on.probe(id="resync", registry=registry)(controller.resync_probe)
     on.startup(id="start_workers", registry=registry)(controller.start_workers)
     on.cleanup(id="stop_workers", registry=registry)(controller.stop_workers)
+    # Last: a replica stands for leader with its workers ready, and hands the Lease back after they stop.
+    on.startup(id="stand_for_leader", registry=registry)(controller.stand_for_leader)
+    on.cleanup(id="step_down", registry=registry)(controller.step_down)
     return controller

@@ -124,7 +124,9 @@ def _serving_objects(
     fixed = None if spec.get("slo") else replicas
     desired = [
         config_map,
-        serving.build_deployment(model, spec, target, found.engine, config_map, fixed, settings),
+        serving.build_deployment(
+            model, spec, target, found.engine, config_map, fixed, settings, engine_bytes=serving.engine_size(manifest)
+        ),
         serving.build_hpa(model, spec, target),
         serving.build_target_service(model, target),
         serving.build_pdb(model, target, replicas),

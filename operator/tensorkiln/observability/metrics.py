@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from tensorkiln_api.inferencemodel import DEFAULT_MAX_REPLICAS
 
 from tensorkiln.builders.labels import MODEL
 
@@ -58,7 +59,8 @@ SCALE_ACTIONS = Counter(
 )
 REGISTRY_LOOKUPS = Counter(
     "tensorkiln_registry_lookups",
-    "Engine registry cache lookups before a compile, by result (hit, miss); hit rate = hit / (hit + miss).",
+    "Engine registry cache lookups before a compile, by result (hit, miss, error: the registry unreachable or "
+    "refusing); hit rate = hit / (hit + miss).",
     ["result"],
 )
 WATCH_RECONNECTS = Counter(
@@ -72,6 +74,12 @@ TARGET_REPLICAS = Gauge(
 )
 TARGET_READY_REPLICAS = Gauge(
     "tensorkiln_target_ready_replicas", "Ready serving replicas of a target, as last reported in status.", _TARGET
+)
+TARGET_MAX_REPLICAS = Gauge(
+    "tensorkiln_target_max_replicas",
+    "The most serving replicas a target may run (spec.slo.maxReplicas, or its default); replicas at it while the "
+    "SLO is missed: capped.",
+    _TARGET,
 )
 SLO_TARGET = Gauge(
     "tensorkiln_slo_target_milliseconds", "The model's latency SLO target (spec.slo.targetMilliseconds).", _TARGET
@@ -99,6 +107,10 @@ WORKQUEUE_DEPTH = Gauge(
 WORKQUEUE_LONGEST_RUNNING = Gauge(
     "tensorkiln_workqueue_longest_running_seconds", "How long the longest reconcile running now has been running."
 )
+LEADING = Gauge(
+    "tensorkiln_operator_leading",
+    "1 on the operator replica that holds the leader-election Lease (it reconciles), 0 on a standby.",
+)
 
 # Exposition names (counters get `_total`, histograms `_bucket`/`_sum`/`_count`).
 NAMES = frozenset(
@@ -114,12 +126,14 @@ NAMES = frozenset(
         "tensorkiln_watch_reconnects_total",
         "tensorkiln_target_replicas",
         "tensorkiln_target_ready_replicas",
+        "tensorkiln_target_max_replicas",
         "tensorkiln_slo_target_milliseconds",
         "tensorkiln_target_cost_per_hour",
         "tensorkiln_target_load_share",
         "tensorkiln_target_capacity_per_replica",
         "tensorkiln_workqueue_depth",
         "tensorkiln_workqueue_longest_running_seconds",
+        "tensorkiln_operator_leading",
     }
 )
 
@@ -128,7 +142,7 @@ for _kind in KINDS:
     RECONCILES.labels(_kind)
     RECONCILE_ERRORS.labels(_kind)
     RECONCILE_DURATION.labels(_kind)
-for _result in ("hit", "miss"):
+for _result in ("hit", "miss", "error"):
     REGISTRY_LOOKUPS.labels(_result)
 for _reason in WATCH_RECONNECT_REASONS:
     WATCH_RECONNECTS.labels(_reason)
@@ -178,13 +192,19 @@ def record_registry_lookup(key: object | None, hit: object | None) -> None:
         REGISTRY_LOOKUPS.labels("miss" if hit is None else "hit").inc()
 
 
+def record_registry_error() -> None:
+    """A lookup the registry did not answer (unreachable, or refusing the operator's credentials)."""
+    REGISTRY_LOOKUPS.labels("error").inc()
+
+
 _targets_lock = threading.Lock()
 _targets: dict[tuple[str, str], set[str]] = {}  # (namespace, model) -> hardware classes with gauges
 
 
 def _drop(namespace: str, model: str, classes: Iterable[str]) -> None:
     for hardware_class in classes:
-        for gauge in (TARGET_REPLICAS, TARGET_READY_REPLICAS, SLO_TARGET, *(g for g, _ in _PLACEMENT_GAUGES)):
+        for gauge in (TARGET_REPLICAS, TARGET_READY_REPLICAS, TARGET_MAX_REPLICAS, SLO_TARGET,
+                      *(g for g, _ in _PLACEMENT_GAUGES)):  # fmt: skip
             try:
                 gauge.remove(namespace, model, hardware_class)
             except KeyError:
@@ -194,13 +214,16 @@ def _drop(namespace: str, model: str, classes: Iterable[str]) -> None:
 def record_targets(model: dict, status: dict) -> None:
     """Per-target gauges from an InferenceModel and the status a reconcile just computed."""
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
-    slo_ms = (model.get("spec", {}).get("slo") or {}).get("targetMilliseconds")
+    slo = model.get("spec", {}).get("slo") or {}
+    slo_ms = slo.get("targetMilliseconds")
+    most = slo.get("maxReplicas") or max(DEFAULT_MAX_REPLICAS, slo.get("minReplicas", 1))  # SLO._derive_unset
     classes = set()
     for target in status.get("targets", []):
         hardware_class = target["hardwareClass"]
         classes.add(hardware_class)
         TARGET_REPLICAS.labels(namespace, name, hardware_class).set(target.get("replicas", 0))
         TARGET_READY_REPLICAS.labels(namespace, name, hardware_class).set(target.get("readyReplicas", 0))
+        TARGET_MAX_REPLICAS.labels(namespace, name, hardware_class).set(most)
         if slo_ms is not None:
             SLO_TARGET.labels(namespace, name, hardware_class).set(slo_ms)
         for gauge, field in _PLACEMENT_GAUGES:

@@ -134,12 +134,16 @@ def compile_job_status(
     status["simulatedNode"] = simulated
 
     terminated = _termination(pod) or {}
-    error = compiler_report(terminated.get("message") or "").get("error") or {}
+    report = compiler_report(terminated.get("message") or "")
+    error = report.get("error") or {}
     complete, failed = _job_condition(job, "Complete"), _job_condition(job, "Failed")
     extra: list[dict] = []
     if complete and published:
         status["phase"] = "Succeeded"
-        fields, (compiled, *extra) = engine_status(published.manifest, published.digest, published.uri, False)
+        # "cached": the pod fetched the source, checked its digest and found the engine (another
+        # namespace's, or one published by a try the operator did not see end): nothing compiled.
+        cached = report.get("cached") is True
+        fields, (compiled, *extra) = engine_status(published.manifest, published.digest, published.uri, cached)
         status |= fields
     elif complete:
         status["phase"] = "Failed"
