@@ -268,3 +268,11 @@ def test_size_settings_come_from_the_environment_and_a_non_size_is_refused(monke
 )  # fmt: skip
 def test_sizes_are_whole_mebibytes_written_as_the_api_server_writes_them(size, written):
     assert mebibytes(size) == written
+
+
+def test_a_new_compiler_version_alone_gets_a_job_of_its_own():
+    """The finished Job of the previous compiler build must not stand for the new one (same image, same options)."""
+    before = compile_job_for("nvidia-h100-80gb-hbm3")
+    after = {**before, "spec": {**before["spec"], "compilerVersion": before["spec"]["compilerVersion"] + ".next"}}
+    assert job_name(after) != job_name(before)
+    assert after["spec"]["optionsHash"] == before["spec"]["optionsHash"]

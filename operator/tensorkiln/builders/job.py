@@ -39,6 +39,10 @@ def job_name(compile_job: dict) -> str:
     shaping_fields = {field: spec.get(field) for field in JOB_SHAPING_FIELDS}
     if spec["source"].get("credentials"):  # only when set, so that every existing name stays what it was
         shaping_fields["sourceCredentials"] = spec["source"]["credentials"]
+    # The compiler build keys the engine but not the options hash: a new compilerVersion alone (same image)
+    # must get a Job of its own, or the finished Job of the previous build would stand for it.
+    if spec.get("compilerVersion"):
+        shaping_fields["compilerVersion"] = spec["compilerVersion"]
     shaping = json.dumps(shaping_fields, sort_keys=True)
     retry = compile_job.get("status", {}).get("clusterRetries", 0)
     hashed = [spec["optionsHash"], shaping, *([f"retry {retry}"] if retry else [])]  # no retry: the first name
