@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable
 
 from tensorkiln.builders.labels import COMPILE_JOB, RECOMPILE
+from tensorkiln.status.compilejob import job_condition
 
 SEEN_WITHIN_SECONDS = 30.0  # a Job this operator created shows in its cache well within this
 WAIT_SECONDS = 10.0  # a queued recompile asks for a slot again this soon
@@ -26,10 +27,7 @@ def running(jobs: Iterable[dict]) -> frozenset[tuple[str, str]]:
     found = set()
     for job in jobs:
         labels = job["metadata"].get("labels") or {}
-        finished = any(
-            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-            for c in (job.get("status") or {}).get("conditions") or []
-        )
+        finished = job_condition(job, "Complete") or job_condition(job, "Failed")
         if labels.get(RECOMPILE) == "true" and not finished:
             found.add((job["metadata"]["namespace"], labels[COMPILE_JOB]))
     return frozenset(found)

@@ -17,7 +17,8 @@ CLUSTER_RETRY_BUDGET = 3
 DEADLINE_SHARE_RUN = 0.9
 
 
-def _job_condition(job: dict, type_: str) -> dict | None:
+def job_condition(job: dict, type_: str) -> dict | None:
+    """The Job's condition `type_` (Complete, Failed) when it is True, else None."""
     found = find(job.get("status", {}).get("conditions"), type_)
     return found if found and found.get("status") == "True" else None
 
@@ -136,7 +137,7 @@ def compile_job_status(
     terminated = _termination(pod) or {}
     report = compiler_report(terminated.get("message") or "")
     error = report.get("error") or {}
-    complete, failed = _job_condition(job, "Complete"), _job_condition(job, "Failed")
+    complete, failed = job_condition(job, "Complete"), job_condition(job, "Failed")
     extra: list[dict] = []
     if complete and published:
         status["phase"] = "Succeeded"
@@ -202,9 +203,9 @@ def _waiting(compile_job: dict, pod: dict | None, node: str | None) -> str:
 def cluster_fault(compile_job: dict, job: dict, pod: dict | None, published: Published | None) -> str | None:
     """Why a finished Job failed for the cluster's fault, not the model's: None when the model's (a
     compiler report, a crash, a kill for memory, a deadline the compiler used up) or not failed."""
-    if _job_condition(job, "Complete"):
+    if job_condition(job, "Complete"):
         return None if published else "the registry holds no engine the compiler reported: removed since"
-    failed, terminated = _job_condition(job, "Failed"), _termination(pod)
+    failed, terminated = job_condition(job, "Failed"), _termination(pod)
     if not failed or compiler_report((terminated or {}).get("message") or "").get("error"):
         return None
     deadline = compile_job["spec"].get("deadlineSeconds", 3600)
